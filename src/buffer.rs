@@ -1,0 +1,76 @@
+//! Turning the Python objects `write` accepts into bytes librbd can read after the call returns.
+//!
+//! `bytes` is immutable, so it is kept alive and read in place. Mutable buffers (bytearray,
+//! memoryview, numpy arrays) are copied once while attached, so a caller that reuses its buffer
+//! cannot change data that is still in flight.
+
+use std::sync::Arc;
+
+use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::aio::Buffer;
+
+/// A `bytes` object held alive and read without a copy.
+struct HeldBytes {
+    _owner: Py<PyBytes>,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the bytes object is immutable and kept alive by `_owner`, so its storage may be read
+// from any thread; dropping `Py` without the interpreter attached defers the decref safely.
+unsafe impl Send for HeldBytes {}
+// SAFETY: as above, shared reads of immutable memory.
+unsafe impl Sync for HeldBytes {}
+
+impl AsRef<[u8]> for HeldBytes {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: ptr and len describe the storage of the bytes object that `_owner` keeps alive.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+pub fn extract(data: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+    if let Ok(bytes) = data.cast::<PyBytes>() {
+        let slice = bytes.as_bytes();
+        return Ok(Arc::new(HeldBytes {
+            ptr: slice.as_ptr(),
+            len: slice.len(),
+            _owner: bytes.clone().unbind(),
+        }));
+    }
+    if let Ok(array) = data.cast::<PyUntypedArray>() {
+        return copy_array(array);
+    }
+    if data.is_instance_of::<pyo3::types::PyString>() {
+        return Err(PyTypeError::new_err("write() needs bytes-like data, not str"));
+    }
+    let buffer = PyBuffer::<u8>::get(data).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "write() needs bytes, bytearray, memoryview or a numpy uint8 array, not {}",
+            data.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+        ))
+    })?;
+    if !buffer.is_c_contiguous() {
+        return Err(PyValueError::new_err("write() needs a contiguous buffer"));
+    }
+    Ok(Arc::new(buffer.to_vec(data.py())?))
+}
+
+fn copy_array(array: &Bound<'_, PyUntypedArray>) -> PyResult<Buffer> {
+    let array = array.cast::<PyArrayDyn<u8>>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "write() needs a numpy array of dtype uint8, not {}",
+            array.dtype()
+        ))
+    })?;
+    let readonly = array.try_readonly().map_err(|err| PyValueError::new_err(err.to_string()))?;
+    let slice = readonly
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("write() needs a contiguous numpy array"))?;
+    Ok(Arc::new(slice.to_vec()))
+}

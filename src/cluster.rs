@@ -1,0 +1,231 @@
+//! Connected librados cluster handles, shared per connection settings, and pool contexts on them.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::os::raw::c_char;
+use std::ptr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ceph::rados;
+
+use crate::error::{Error, Result, Target, check, errno_of};
+use crate::ffi;
+
+/// Everything that makes two connections different. Uploads with equal settings share one handle,
+/// so glance-api keeps one cluster connection per backend instead of one per request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConnectOptions {
+    /// Ceph configuration file; `None` lets librados search its default locations.
+    pub conf_file: Option<String>,
+    /// RADOS user without the `client.` prefix; `None` lets librados choose.
+    pub user: Option<String>,
+    /// Seconds for librados operation and mount timeouts, as glance's `rados_connect_timeout`.
+    pub timeout: Option<u32>,
+}
+
+/// A connected `rados_t`, shut down when the last user lets go of it.
+pub struct Cluster {
+    handle: rados::rados_t,
+    fsid: String,
+}
+
+// SAFETY: a connected rados_t may be used from any thread; librados locks internally.
+unsafe impl Send for Cluster {}
+// SAFETY: as above, concurrent calls on one rados_t are supported by librados.
+unsafe impl Sync for Cluster {}
+
+static SHARED: Mutex<Option<HashMap<ConnectOptions, Arc<Cluster>>>> = Mutex::new(None);
+
+impl Cluster {
+    /// The connected cluster for these settings, connecting on first use.
+    pub fn shared(options: &ConnectOptions) -> Result<Arc<Cluster>> {
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        let shared = shared.get_or_insert_with(HashMap::new);
+        if let Some(cluster) = shared.get(options) {
+            return Ok(Arc::clone(cluster));
+        }
+        let cluster = Arc::new(Cluster::connect(options)?);
+        shared.insert(options.clone(), Arc::clone(&cluster));
+        Ok(cluster)
+    }
+
+    /// Number of cached connections, for tests of connection reuse.
+    pub fn shared_count() -> usize {
+        let shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.as_ref().map_or(0, HashMap::len)
+    }
+
+    /// Connects as the `rados` Python binding does for glance: read the conf file, apply
+    /// `CEPH_ARGS`, set the timeouts, connect.
+    pub fn connect(options: &ConnectOptions) -> Result<Cluster> {
+        let detail = describe(options);
+        let fail = |ret: i64, what: &str| Error::Connect {
+            detail: format!("{detail}; {what}"),
+            errno: errno_of(ret),
+        };
+        let user = options.user.as_deref().map(cstring).transpose()?;
+        let mut handle: rados::rados_t = ptr::null_mut();
+        // SAFETY: handle is a valid out-pointer; user is NUL-terminated or null.
+        let ret = unsafe {
+            rados::rados_create(&mut handle, user.as_ref().map_or(ptr::null(), |u| u.as_ptr()))
+        };
+        if ret < 0 {
+            return Err(fail(ret.into(), "rados_create"));
+        }
+        // From here on, `cluster` owns the handle and shuts it down on every exit path.
+        let mut cluster = Cluster {
+            handle,
+            fsid: String::new(),
+        };
+        let conf = options.conf_file.as_deref().map(cstring).transpose()?;
+        // SAFETY: the handle is live; conf is NUL-terminated or null (search default paths).
+        let ret = unsafe {
+            rados::rados_conf_read_file(handle, conf.as_ref().map_or(ptr::null(), |c| c.as_ptr()))
+        };
+        if ret < 0 {
+            return Err(fail(ret.into(), "cannot read the configuration file"));
+        }
+        // SAFETY: the handle is live; a null name means the CEPH_ARGS variable.
+        let ret = unsafe { rados::rados_conf_parse_env(handle, ptr::null()) };
+        if ret < 0 {
+            return Err(fail(ret.into(), "cannot parse CEPH_ARGS"));
+        }
+        if let Some(timeout) = options.timeout {
+            for key in ["rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"] {
+                cluster.conf_set(key, &timeout.to_string())?;
+            }
+        }
+        // SAFETY: the handle is live and configured.
+        let ret = unsafe { rados::rados_connect(handle) };
+        if ret < 0 {
+            return Err(fail(ret.into(), "rados_connect"));
+        }
+        cluster.fsid = cluster.read_fsid()?;
+        log::debug!("connected to Ceph cluster {} ({detail})", cluster.fsid);
+        Ok(cluster)
+    }
+
+    pub fn fsid(&self) -> &str {
+        &self.fsid
+    }
+
+    /// A configuration value as librados sees it (conf file, `CEPH_ARGS`, then defaults).
+    pub fn conf_get(&self, key: &str) -> Result<String> {
+        let key_c = cstring(key)?;
+        let mut buf = vec![0 as c_char; 256];
+        loop {
+            // SAFETY: buf is writable for buf.len() bytes; key_c is NUL-terminated.
+            let ret = unsafe {
+                rados::rados_conf_get(self.handle, key_c.as_ptr(), buf.as_mut_ptr(), buf.len())
+            };
+            if ret == -libc::ENAMETOOLONG && buf.len() < 1 << 16 {
+                buf.resize(buf.len() * 4, 0);
+                continue;
+            }
+            if ret < 0 {
+                return Err(Error::Connect {
+                    detail: format!("reading option '{key}'"),
+                    errno: errno_of(ret.into()),
+                });
+            }
+            // SAFETY: on success librados wrote a NUL-terminated string into buf.
+            let value = unsafe { CStr::from_ptr(buf.as_ptr()) };
+            return Ok(value.to_string_lossy().into_owned());
+        }
+    }
+
+    fn conf_set(&mut self, key: &str, value: &str) -> Result<()> {
+        let (key_c, value_c) = (cstring(key)?, cstring(value)?);
+        // SAFETY: the handle is live and not yet connected; both strings are NUL-terminated.
+        let ret = unsafe { rados::rados_conf_set(self.handle, key_c.as_ptr(), value_c.as_ptr()) };
+        if ret < 0 {
+            return Err(Error::Connect {
+                detail: format!("setting option '{key}' to '{value}'"),
+                errno: errno_of(ret.into()),
+            });
+        }
+        Ok(())
+    }
+
+    fn read_fsid(&self) -> Result<String> {
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: buf is writable for its length; librados NUL-terminates on success.
+        let ret = unsafe { rados::rados_cluster_fsid(self.handle, buf.as_mut_ptr(), buf.len()) };
+        if ret < 0 {
+            return Err(Error::Connect {
+                detail: "reading the cluster fsid".into(),
+                errno: errno_of(ret.into()),
+            });
+        }
+        // SAFETY: NUL-terminated by librados, within buf.
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    }
+
+    /// An I/O context on `pool`. It keeps the cluster alive for as long as it lives.
+    pub fn pool(self: &Arc<Self>, pool: &str) -> Result<IoCtx> {
+        let target = Target::pool(pool);
+        let pool_c = cstring(pool)?;
+        let mut handle: rados::rados_ioctx_t = ptr::null_mut();
+        // SAFETY: the cluster is connected; handle is a valid out-pointer.
+        let ret = unsafe { rados::rados_ioctx_create(self.handle, pool_c.as_ptr(), &mut handle) };
+        check(ret.into(), "opening", &target)?;
+        // SAFETY: the ioctx was just created. Full-try lets the clean-up of a partial image go
+        // through on a full pool; new data still cannot be written there.
+        unsafe { ffi::rados_set_pool_full_try(handle) };
+        Ok(IoCtx {
+            handle,
+            pool: pool.to_owned(),
+            _cluster: Arc::clone(self),
+        })
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // SAFETY: the handle is owned by this value and every IoCtx holds an Arc to it, so no
+        // ioctx on it is alive any more.
+        unsafe { rados::rados_shutdown(self.handle) };
+    }
+}
+
+/// A `rados_ioctx_t` on one pool; holds its cluster so the two are torn down in order.
+pub struct IoCtx {
+    handle: rados::rados_ioctx_t,
+    pool: String,
+    _cluster: Arc<Cluster>,
+}
+
+// SAFETY: librados I/O contexts are safe to share for I/O; this type never changes the ioctx's
+// namespace or snapshot context after creation.
+unsafe impl Send for IoCtx {}
+// SAFETY: as above.
+unsafe impl Sync for IoCtx {}
+
+impl IoCtx {
+    pub fn handle(&self) -> rados::rados_ioctx_t {
+        self.handle
+    }
+
+    pub fn pool(&self) -> &str {
+        &self.pool
+    }
+}
+
+impl Drop for IoCtx {
+    fn drop(&mut self) {
+        // SAFETY: owned handle, destroyed once; images opened on it hold an Arc<IoCtx>.
+        unsafe { rados::rados_ioctx_destroy(self.handle) };
+    }
+}
+
+pub fn cstring(value: &str) -> Result<CString> {
+    CString::new(value).map_err(|_| Error::Usage(format!("{value:?} contains a NUL byte")))
+}
+
+fn describe(options: &ConnectOptions) -> String {
+    format!(
+        "conf {}, user {}",
+        options.conf_file.as_deref().unwrap_or("<default search path>"),
+        options.user.as_deref().unwrap_or("<default>"),
+    )
+}

@@ -1,0 +1,119 @@
+//! An open librbd image and the image-level calls of an upload: create, resize, snapshot, remove.
+
+use std::ffi::CString;
+use std::ptr;
+use std::sync::Arc;
+
+use crate::cluster::{IoCtx, cstring};
+use crate::error::{Result, Target, check};
+use crate::ffi;
+
+/// Creates a format-2 image, as `rbd.RBD().create(..., old_format=False)` does for glance.
+pub fn create(ioctx: &IoCtx, name: &str, size: u64, features: u64, order: u8) -> Result<()> {
+    let name_c = cstring(name)?;
+    let mut order = i32::from(order);
+    // SAFETY: the ioctx is live; order is an in/out parameter librbd may adjust.
+    let ret = unsafe { ffi::rbd_create2(ioctx.handle(), name_c.as_ptr(), size, features, &mut order) };
+    check(ret.into(), "creating", &Target::image(ioctx.pool(), name))?;
+    Ok(())
+}
+
+/// Removes an image that has no snapshots; the image must be closed.
+pub fn remove(ioctx: &IoCtx, name: &str) -> Result<()> {
+    let name_c = cstring(name)?;
+    // SAFETY: the ioctx is live; name_c is NUL-terminated.
+    let ret = unsafe { ffi::rbd_remove(ioctx.handle(), name_c.as_ptr()) };
+    check(ret.into(), "removing", &Target::image(ioctx.pool(), name))?;
+    Ok(())
+}
+
+/// An open image handle. Closing it releases the exclusive lock, so removal can follow.
+pub struct Image {
+    handle: ffi::RbdImage,
+    target: Target,
+    ioctx: Arc<IoCtx>,
+}
+
+// SAFETY: librbd image handles may be used from any thread; librbd serialises internally. This
+// crate calls them from one thread at a time anyway (the owner holds a lock).
+unsafe impl Send for Image {}
+
+impl Image {
+    pub fn open(ioctx: Arc<IoCtx>, name: &str) -> Result<Image> {
+        let name_c = cstring(name)?;
+        let mut handle: ffi::RbdImage = ptr::null_mut();
+        // SAFETY: the ioctx is live; a null snapshot name opens the writable head.
+        let ret =
+            unsafe { ffi::rbd_open(ioctx.handle(), name_c.as_ptr(), &mut handle, ptr::null()) };
+        let target = Target::image(ioctx.pool(), name);
+        check(ret.into(), "opening", &target)?;
+        Ok(Image {
+            handle,
+            target,
+            ioctx,
+        })
+    }
+
+    pub fn handle(&self) -> ffi::RbdImage {
+        self.handle
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    pub fn ioctx(&self) -> &Arc<IoCtx> {
+        &self.ioctx
+    }
+
+    pub fn resize(&self, size: u64) -> Result<()> {
+        // SAFETY: the handle is open for the lifetime of self.
+        let ret = unsafe { ffi::rbd_resize(self.handle, size) };
+        check(ret.into(), "resizing", &self.target).map(drop)
+    }
+
+    pub fn flush(&self) -> Result<()> {
+        // SAFETY: the handle is open for the lifetime of self.
+        let ret = unsafe { ffi::rbd_flush(self.handle) };
+        check(ret.into(), "flushing", &self.target).map(drop)
+    }
+
+    pub fn snap_create(&self, snap: &str) -> Result<()> {
+        self.snap_call(snap, "creating a snapshot of", ffi::rbd_snap_create)
+    }
+
+    pub fn snap_protect(&self, snap: &str) -> Result<()> {
+        self.snap_call(snap, "protecting the snapshot of", ffi::rbd_snap_protect)
+    }
+
+    pub fn snap_unprotect(&self, snap: &str) -> Result<()> {
+        self.snap_call(snap, "unprotecting the snapshot of", ffi::rbd_snap_unprotect)
+    }
+
+    pub fn snap_remove(&self, snap: &str) -> Result<()> {
+        self.snap_call(snap, "removing the snapshot of", ffi::rbd_snap_remove)
+    }
+
+    fn snap_call(
+        &self,
+        snap: &str,
+        op: &'static str,
+        call: unsafe extern "C" fn(ffi::RbdImage, *const std::os::raw::c_char) -> i32,
+    ) -> Result<()> {
+        let snap_c: CString = cstring(snap)?;
+        // SAFETY: the handle is open; snap_c is NUL-terminated and outlives the call.
+        let ret = unsafe { call(self.handle, snap_c.as_ptr()) };
+        check(ret.into(), op, &self.target).map(drop)
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        // SAFETY: owned handle, closed once. Writes in flight on it are drained by the Upload
+        // before it lets go of the image.
+        let ret = unsafe { ffi::rbd_close(self.handle) };
+        if ret < 0 {
+            log::warn!("closing {} failed (errno {})", self.target, -ret);
+        }
+    }
+}

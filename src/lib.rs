@@ -1,0 +1,29 @@
+//! glance-rbd-native: a native Ceph RBD upload path for glance_store.
+//!
+//! Plain-Rust layers (`cluster`, `image`, `aio`, `zeros`, `upload`) know nothing of Python; the
+//! `writer`, `buffer` and `exceptions` modules are the PyO3 face of them.
+
+pub mod aio;
+mod buffer;
+pub mod cluster;
+pub mod error;
+mod exceptions;
+mod ffi;
+pub mod image;
+pub mod upload;
+mod writer;
+pub mod zeros;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Records from the `log` macros go to Python's `logging`, under `glance_rbd_native.*`.
+    let _ = pyo3_log::try_init();
+    module.add_class::<writer::RbdWriter>()?;
+    module.add_function(wrap_pyfunction!(writer::connection_count, module)?)?;
+    module.add("DEFAULT_MAX_IN_FLIGHT", upload::DEFAULT_MAX_IN_FLIGHT)?;
+    module.add("ZERO_BLOCK", zeros::BLOCK)?;
+    exceptions::register(module)?;
+    Ok(())
+}

@@ -1,0 +1,307 @@
+//! One image upload: create the image, stream chunks with writes in flight, grow it when the size
+//! is unknown, then finish (trim, snapshot) or abort (remove everything it made).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::aio::{Buffer, InFlight, Poll};
+use crate::cluster::{Cluster, IoCtx};
+use crate::error::{Error, Result, Target};
+use crate::image::{self, Image};
+use crate::zeros;
+
+/// Bytes in flight by default: eight 8 MiB chunks, enough to keep a small cluster busy.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64 << 20;
+
+/// librbd's `RBD_FEATURE_LAYERING`, used when the cluster sets no default features (as glance does).
+const FEATURE_LAYERING: u64 = 1;
+
+/// Unknown-size images grow by their current size, within these bounds: few resizes for large
+/// uploads (each one waits for the writes in flight), little to trim for small ones.
+const MIN_GROWTH: u64 = 64 << 20;
+const MAX_GROWTH: u64 = 8 << 30;
+
+#[derive(Debug, Clone)]
+pub struct UploadOptions {
+    pub pool: String,
+    pub image: String,
+    /// Final size in bytes, or 0 when unknown (the image then grows as data arrives).
+    pub size: u64,
+    /// log2 of the object size.
+    pub order: u8,
+    /// Skip writing all-zero blocks: the image reads back the same, with less allocated.
+    pub thin: bool,
+    pub max_in_flight: usize,
+    /// Snapshot to create and protect on finish, as glance does for copy-on-write clones.
+    pub snapshot: Option<String>,
+}
+
+/// What a finished upload did, for logs and benchmarks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Summary {
+    pub bytes_written: u64,
+    pub resizes: u32,
+    pub trim_seconds: f64,
+}
+
+/// The size an unknown-size image grows to so that `needed` bytes fit.
+pub fn grown_size(current: u64, needed: u64, object_size: u64) -> u64 {
+    let step = current.clamp(MIN_GROWTH, MAX_GROWTH);
+    let target = needed.max(current.saturating_add(step));
+    target.div_ceil(object_size).saturating_mul(object_size)
+}
+
+pub struct Upload {
+    options: UploadOptions,
+    ioctx: Arc<IoCtx>,
+    /// Open while the upload runs; None once finished or aborted.
+    image: Option<Image>,
+    in_flight: InFlight,
+    written: u64,
+    image_size: u64,
+    snapshot_made: bool,
+    summary: Summary,
+}
+
+impl Upload {
+    /// Creates and opens the image. An image that already exists is left untouched.
+    pub fn start(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {
+        if !(12..=25).contains(&options.order) {
+            return Err(Error::Usage(format!(
+                "order must be between 12 (4 KiB objects) and 25 (32 MiB), got {}",
+                options.order
+            )));
+        }
+        let ioctx = Arc::new(cluster.pool(&options.pool)?);
+        let features = default_features(cluster);
+        log::debug!(
+            "creating {} with order {}, size {} and features {features}",
+            Target::image(&options.pool, &options.image),
+            options.order,
+            options.size
+        );
+        image::create(&ioctx, &options.image, options.size, features, options.order)?;
+        // The image exists from here on: failing to open it must not leave it behind.
+        let image = match Image::open(Arc::clone(&ioctx), &options.image) {
+            Ok(image) => image,
+            Err(err) => {
+                if let Err(cleanup) = image::remove(&ioctx, &options.image) {
+                    log::warn!("could not remove the new image after a failed open: {cleanup}");
+                }
+                return Err(err);
+            }
+        };
+        Ok(Upload {
+            in_flight: InFlight::new(options.max_in_flight),
+            image_size: options.size,
+            options,
+            ioctx,
+            image: Some(image),
+            written: 0,
+            snapshot_made: false,
+            summary: Summary::default(),
+        })
+    }
+
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    pub fn image_size(&self) -> u64 {
+        self.image_size
+    }
+
+    pub fn resizes(&self) -> u32 {
+        self.summary.resizes
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.image.is_some()
+    }
+
+    pub fn target(&self) -> Target {
+        Target::image(&self.options.pool, &self.options.image)
+    }
+
+    /// Appends `buffer` to the image. Returns once the bytes in flight are back under the bound.
+    /// Any failure aborts the upload before it is returned.
+    pub fn write(&mut self, buffer: Buffer, poll: Poll) -> Result<()> {
+        let len = (*buffer).as_ref().len() as u64;
+        let end = self.written + len;
+        if self.options.size != 0 && end > self.options.size {
+            let err = Error::Usage(format!(
+                "writing {len} bytes at offset {} would pass the end of {} ({} bytes)",
+                self.written,
+                self.target(),
+                self.options.size
+            ));
+            return Err(self.fail(err));
+        }
+        let result = self.write_at(buffer, poll);
+        result.map_err(|err| self.fail(err))
+    }
+
+    fn write_at(&mut self, buffer: Buffer, poll: Poll) -> Result<()> {
+        let image = self.image.as_ref().ok_or_else(closed)?;
+        let data = (*buffer).as_ref();
+        let offset = self.written;
+        let end = offset + data.len() as u64;
+        if end > self.image_size {
+            // Growing waits for the writes in flight inside librbd; large steps keep that rare.
+            let object_size = 1u64 << self.options.order;
+            let new_size = grown_size(self.image_size, end, object_size);
+            log::debug!("growing {} to {new_size} bytes", image.target());
+            image.resize(new_size)?;
+            self.image_size = new_size;
+            self.summary.resizes += 1;
+        }
+        let ranges = if self.options.thin {
+            zeros::data_ranges(data, offset)
+        } else {
+            vec![0..data.len()]
+        };
+        let piece = self.options.max_in_flight.max(1);
+        for range in ranges {
+            // Split so a chunk larger than the bound still keeps at most that much in flight.
+            let mut start = range.start;
+            while start < range.end {
+                let stop = range.end.min(start + piece);
+                self.in_flight
+                    .submit(image, offset + start as u64, &buffer, start..stop, poll)?;
+                start = stop;
+            }
+        }
+        self.written = end;
+        Ok(())
+    }
+
+    /// Waits for every write, flushes, trims an unknown-size image to the bytes written, then
+    /// creates and protects the snapshot. Any failure aborts the upload before it is returned.
+    pub fn finish(&mut self, poll: Poll) -> Result<Summary> {
+        let result = self.finish_inner(poll);
+        result.map_err(|err| self.fail(err))
+    }
+
+    fn finish_inner(&mut self, poll: Poll) -> Result<Summary> {
+        let image = self.image.as_ref().ok_or_else(closed)?;
+        self.in_flight.drain(image, poll)?;
+        image.flush()?;
+        if self.options.size == 0 && self.image_size != self.written {
+            let started = Instant::now();
+            image.resize(self.written)?;
+            self.summary.trim_seconds = started.elapsed().as_secs_f64();
+            self.image_size = self.written;
+        }
+        if let Some(snap) = &self.options.snapshot {
+            image.snap_create(snap)?;
+            self.snapshot_made = true;
+            image.snap_protect(snap)?;
+        }
+        self.image = None;
+        self.summary.bytes_written = self.written;
+        log::debug!(
+            "finished {}: {} bytes, {} resizes, trim {:.3}s",
+            self.target(),
+            self.written,
+            self.summary.resizes,
+            self.summary.trim_seconds
+        );
+        Ok(self.summary)
+    }
+
+    /// Drains the writes in flight, then removes the snapshot and the image. Idempotent.
+    pub fn abort(&mut self) -> Result<()> {
+        let Some(image) = self.image.take() else {
+            return Ok(());
+        };
+        // Uninterruptible: buffers must outlive librbd's use of them. librados timeouts bound it.
+        if let Err(err) = self.in_flight.drain(&image, &mut || Ok(())) {
+            log::debug!("write failed while aborting {}: {err}", self.target());
+        }
+        if self.snapshot_made {
+            if let Some(snap) = &self.options.snapshot {
+                // Unprotect fails with EINVAL when the snapshot was never protected: fine.
+                let _ = image.snap_unprotect(snap);
+                image.snap_remove(snap)?;
+            }
+        }
+        drop(image);
+        image::remove(&self.ioctx, &self.options.image)?;
+        log::info!("removed partial image {}", self.target());
+        Ok(())
+    }
+
+    /// Aborts after `err`, keeping `err` as what the caller sees.
+    fn fail(&mut self, err: Error) -> Error {
+        if let Err(cleanup) = self.abort() {
+            log::error!("could not remove {} after a failure: {cleanup}", self.target());
+        }
+        err
+    }
+}
+
+impl Drop for Upload {
+    /// An upload dropped while open was never finished: remove what it wrote.
+    fn drop(&mut self) {
+        if self.is_open() {
+            if let Err(err) = self.abort() {
+                log::error!("could not remove unfinished {}: {err}", self.target());
+            }
+        }
+    }
+}
+
+fn closed() -> Error {
+    Error::Usage("the writer is closed: it was finished or aborted".into())
+}
+
+/// The cluster's `rbd_default_features`, as glance reads them; layering when unset or zero.
+fn default_features(cluster: &Cluster) -> u64 {
+    match cluster.conf_get("rbd_default_features").map(|v| v.trim().parse::<u64>()) {
+        Ok(Ok(features)) if features != 0 => features,
+        _ => FEATURE_LAYERING,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OBJ: u64 = 8 << 20;
+
+    #[test]
+    fn first_growth_is_at_least_the_minimum_step() {
+        assert_eq!(grown_size(0, 1, OBJ), MIN_GROWTH);
+        assert_eq!(grown_size(0, OBJ, OBJ), MIN_GROWTH);
+    }
+
+    #[test]
+    fn growth_fits_a_chunk_larger_than_the_step() {
+        let needed = MIN_GROWTH + 3 * OBJ + 1;
+        let size = grown_size(0, needed, OBJ);
+        assert!(size >= needed);
+        assert_eq!(size % OBJ, 0);
+    }
+
+    #[test]
+    fn growth_doubles_then_caps() {
+        assert_eq!(grown_size(1 << 30, (1 << 30) + 1, OBJ), 2 << 30);
+        assert_eq!(grown_size(64 << 30, (64 << 30) + 1, OBJ), 72 << 30);
+    }
+
+    #[test]
+    fn resizes_for_a_large_upload_stay_few() {
+        let (mut size, mut resizes) = (0u64, 0);
+        let total = 200u64 << 30;
+        let mut written = 0;
+        while written < total {
+            written += OBJ;
+            if written > size {
+                size = grown_size(size, written, OBJ);
+                resizes += 1;
+            }
+        }
+        assert!(resizes <= 32, "{resizes} resizes for 200 GiB");
+        assert!(size - written <= MAX_GROWTH);
+    }
+}

@@ -1,0 +1,203 @@
+//! `RbdWriter`, the Python face of an upload.
+//!
+//! GIL rule: never block while attached to the interpreter. Every librbd call, every wait and
+//! every lock of the upload happens inside `py.detach`; waits re-attach briefly, every 100 ms,
+//! only to let Python run its signal handlers (so Ctrl-C ends a stuck wait).
+
+use std::sync::{Mutex, PoisonError};
+
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+use crate::buffer;
+use crate::cluster::{Cluster, ConnectOptions};
+use crate::error::{Error, Result};
+use crate::upload::{DEFAULT_MAX_IN_FLIGHT, Summary, Upload, UploadOptions};
+
+/// Streams one image into an RBD pool with asynchronous writes, bounded in flight.
+#[pyclass(frozen, module = "glance_rbd_native._native")]
+pub struct RbdWriter {
+    upload: Mutex<Upload>,
+    fsid: String,
+    pool: String,
+    image: String,
+    size: u64,
+}
+
+#[pymethods]
+impl RbdWriter {
+    #[new]
+    #[pyo3(signature = (
+        pool, image, size = 0, *, conffile = None, user = None, order = 23,
+        thin_provisioning = false, snapshot = None, connect_timeout = None,
+        max_in_flight = DEFAULT_MAX_IN_FLIGHT,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        pool: String,
+        image: String,
+        size: u64,
+        conffile: Option<String>,
+        user: Option<String>,
+        order: u8,
+        thin_provisioning: bool,
+        snapshot: Option<String>,
+        connect_timeout: Option<u32>,
+        max_in_flight: usize,
+    ) -> PyResult<Self> {
+        if image.is_empty() {
+            return Err(Error::Usage("image name must not be empty".into()).into());
+        }
+        if max_in_flight == 0 {
+            return Err(Error::Usage("max_in_flight must be at least 1 byte".into()).into());
+        }
+        let connect = ConnectOptions {
+            conf_file: conffile.filter(|c| !c.is_empty()),
+            user: user.filter(|u| !u.is_empty()),
+            timeout: connect_timeout,
+        };
+        let options = UploadOptions {
+            pool: pool.clone(),
+            image: image.clone(),
+            size,
+            order,
+            thin: thin_provisioning,
+            max_in_flight,
+            snapshot,
+        };
+        let (upload, fsid) = py.detach(|| -> Result<_> {
+            let cluster = Cluster::shared(&connect)?;
+            Ok((Upload::start(&cluster, options)?, cluster.fsid().to_owned()))
+        })?;
+        Ok(RbdWriter {
+            upload: Mutex::new(upload),
+            fsid,
+            pool,
+            image,
+            size,
+        })
+    }
+
+    /// Appends `data` (bytes, bytearray, memoryview or numpy uint8 array) to the image.
+    fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let buffer = buffer::extract(data)?;
+        self.run(py, |upload, poll| upload.write(buffer, poll))
+    }
+
+    /// Waits for all writes, trims, snapshots; returns the bytes written.
+    fn finish(&self, py: Python<'_>) -> PyResult<u64> {
+        self.run(py, |upload, poll| upload.finish(poll))
+            .map(|summary: Summary| summary.bytes_written)
+    }
+
+    /// Drains the writes in flight and removes the snapshot and image. Safe to call twice.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, |upload, _| upload.abort())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Finishes on a clean exit and aborts on an exception; never swallows the exception.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyType>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if exc_type.is_some() {
+            self.abort(py)?;
+        } else if !self.closed(py) {
+            self.finish(py)?;
+        }
+        Ok(false)
+    }
+
+    #[getter]
+    fn fsid(&self) -> &str {
+        &self.fsid
+    }
+
+    #[getter]
+    fn pool(&self) -> &str {
+        &self.pool
+    }
+
+    #[getter]
+    fn image(&self) -> &str {
+        &self.image
+    }
+
+    /// The size declared at creation; 0 when unknown.
+    #[getter]
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    #[getter]
+    fn bytes_written(&self, py: Python<'_>) -> u64 {
+        self.with_upload(py, |u| u.bytes_written())
+    }
+
+    /// How many times the image was grown (unknown size only).
+    #[getter]
+    fn resizes(&self, py: Python<'_>) -> u32 {
+        self.with_upload(py, |u| u.resizes())
+    }
+
+    /// True once finished or aborted.
+    #[getter]
+    fn closed(&self, py: Python<'_>) -> bool {
+        self.with_upload(py, |u| !u.is_open())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "<RbdWriter {}/{} {} bytes written{}>",
+            self.pool,
+            self.image,
+            self.bytes_written(py),
+            if self.closed(py) { ", closed" } else { "" }
+        )
+    }
+}
+
+impl RbdWriter {
+    /// Runs `op` on the upload with the interpreter detached. Waits inside it poll for Python
+    /// signals; a raised handler (KeyboardInterrupt) ends the wait and is what the caller sees.
+    fn run<T: Send>(
+        &self,
+        py: Python<'_>,
+        op: impl FnOnce(&mut Upload, &mut dyn FnMut() -> Result<()>) -> Result<T> + Send,
+    ) -> PyResult<T> {
+        let mut signal: Option<PyErr> = None;
+        let result = py.detach(|| {
+            let mut upload = self.upload.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut poll = || {
+                Python::attach(|py| py.check_signals()).map_err(|err| {
+                    signal = Some(err);
+                    Error::Interrupted
+                })
+            };
+            op(&mut upload, &mut poll)
+        });
+        match (result, signal) {
+            (Ok(value), _) => Ok(value),
+            (Err(Error::Interrupted), Some(err)) => Err(err),
+            (Err(err), _) => Err(err.into()),
+        }
+    }
+
+    fn with_upload<T: Send>(&self, py: Python<'_>, read: impl FnOnce(&Upload) -> T + Send) -> T {
+        py.detach(|| read(&self.upload.lock().unwrap_or_else(PoisonError::into_inner)))
+    }
+}
+
+/// Cluster connections currently cached (one per conf file, user and timeout).
+#[pyfunction]
+pub fn connection_count() -> usize {
+    Cluster::shared_count()
+}

@@ -1,0 +1,357 @@
+"""Boot a throwaway single-node Ceph cluster (mon + osd [+ mgr]) on loopback for tests, demos and benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import base64
+import json
+import os
+import pathlib
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+
+# Every mgr module shipped in 16.2; none is needed for quotas (the PG stats digest
+# the mon enforces them with comes from the mgr core), and loading them costs RAM and seconds.
+_MGR_MODULES = (
+    "alerts balancer crash devicehealth diskprediction_local influx insights iostat localpool "
+    "mirroring nfs orchestrator osd_perf_query osd_support pg_autoscaler progress prometheus "
+    "rbd_support restful selftest snap_schedule stats status telegraf telemetry "
+    "test_orchestrator volumes zabbix"
+)
+_DEBUG = "asok auth bdev bluefs bluestore mgr mgrc mon monc ms objecter osd paxos rados rbd rocksdb".split()
+_ADMIN_CAPS = {"mon": "allow *", "osd": "allow *", "mgr": "allow *", "mds": "allow *"}
+_STOP_ORDER = ("mgr.x", "osd.0", "mon.a")  # the osd tells the mon it is going down, so the mon goes last
+
+
+class CephError(RuntimeError):
+    pass
+
+
+def _secret() -> str:
+    # A cephx key is a base64 CryptoKey: type (1 = AES), created (sec, nsec), length, secret.
+    return base64.b64encode(struct.pack("<HIIH", 1, int(time.time()), 0, 16) + os.urandom(16)).decode()
+
+
+def _keyring(name: str, key: str, **caps: str) -> str:
+    return "".join([f"[{name}]\n\tkey = {key}\n", *(f'\tcaps {k} = "{v}"\n' for k, v in caps.items())])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, root: pathlib.Path, *, objectstore="bluestore", osd_size_gib=8, with_mgr=False,
+                 port=None, pool="images"):
+        if objectstore not in ("bluestore", "memstore"):
+            raise ValueError(f"unsupported objectstore {objectstore!r}")
+        self.root = pathlib.Path(root).resolve()
+        self.objectstore = objectstore
+        self.osd_size_gib = osd_size_gib
+        self.with_mgr = with_mgr
+        self.port = port
+        self.pool = pool
+        self.fsid = str(uuid.uuid4())
+        self.conf_path = self.root / "ceph.conf"
+        self.boot_seconds: float | None = None
+        # name -> Popen for daemons we spawned, or a bare pid for daemons found via attach().
+        self._procs: dict[str, subprocess.Popen | int] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> Cluster:
+        if self.conf_path.exists():
+            raise FileExistsError(f"{self.root} already holds a cluster; use Cluster.attach() or a fresh dir")
+        t0 = time.monotonic()
+        for d in ("log", "run", "crash", "mon/a", "osd/0", "mgr/x"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        self.port = self.port or _free_port()
+        atexit.register(self.stop)  # don't leak daemons if the caller dies before stop()
+        try:
+            self._boot()
+        except BaseException:
+            self.stop()
+            raise
+        self.boot_seconds = time.monotonic() - t0
+        return self
+
+    def _boot(self) -> None:
+        r, osd_uuid, osd_key = self.root, str(uuid.uuid4()), _secret()
+        self._write_files(osd_key)
+        subprocess.run(["monmaptool", "--create", "--fsid", self.fsid, "--addv", "a",
+                        f"[v2:127.0.0.1:{self.port}/0]", str(r / "monmap")], check=True, capture_output=True)
+        self._tool("ceph-mon", "--mkfs", "-i", "a", "--monmap", r / "monmap", "--keyring", r / "mon.keyring")
+        # bluestore mkfs takes seconds and needs no mon, so overlap it with the mon boot.
+        mkfs = subprocess.Popen(["ceph-osd", "-c", str(self.conf_path), "-i", "0", "--mkfs", "--no-mon-config",
+                                 "--osd-uuid", osd_uuid], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self._spawn("mon.a")
+        secrets = r / "osd/0/secrets.json"
+        secrets.write_text(json.dumps({"cephx_secret": osd_key}))
+        self.ceph("osd", "new", osd_uuid, "0", "-i", secrets)
+        self.ceph("osd", "pool", "create", self.pool, "8", "8")
+        out, _ = mkfs.communicate(timeout=120)
+        if mkfs.returncode:
+            raise CephError(f"ceph-osd --mkfs failed ({mkfs.returncode}): {out.decode(errors='replace')}")
+        self._spawn("osd.0")
+        if self.with_mgr:
+            self._spawn("mgr.x")
+        self._save()
+        self._wait("osd.0 up", self._osd_up, 120)
+        self.rbd("pool", "init", self.pool, timeout=120)
+        self._probe()
+        if self.with_mgr:
+            self._wait("mgr available", self._mgr_available, 120)
+
+    def _write_files(self, osd_key: str) -> None:
+        r = self.root
+        admin, mgr = _secret(), _secret()
+        mgr_caps = {"mon": "allow profile mgr", "osd": "allow *", "mds": "allow *"}
+        (r / "ceph.client.admin.keyring").write_text(_keyring("client.admin", admin, **_ADMIN_CAPS))
+        # The mon imports every entity of its mkfs keyring, so the mgr key needs no `auth` call later.
+        (r / "mon.keyring").write_text(_keyring("mon.", _secret(), mon="allow *")
+                                       + _keyring("client.admin", admin, **_ADMIN_CAPS)
+                                       + _keyring("mgr.x", mgr, **mgr_caps))
+        (r / "mgr/x/keyring").write_text(_keyring("mgr.x", mgr))
+        # The osd needs its own keyring file: with the global one, mkfs/boot clobber the admin key.
+        (r / "osd/0/keyring").write_text(_keyring("osd.0", osd_key))
+        size = self.osd_size_gib << 30
+        debug = "".join(f"debug {d} = 0/0\n" for d in _DEBUG)
+        self.conf_path.write_text(f"""\
+[global]
+fsid = {self.fsid}
+mon host = v2:127.0.0.1:{self.port}
+public addr = 127.0.0.1
+keyring = {r}/ceph.client.admin.keyring
+auth cluster required = cephx
+auth service required = cephx
+auth client required = cephx
+ms bind ipv4 = true
+ms bind ipv6 = false
+ms bind msgr1 = false
+log file = {r}/log/$name.log
+mon cluster log file = {r}/log/cluster.log
+run dir = {r}/run
+pid file = {r}/run/$name.pid
+admin socket = {r}/run/$name.asok
+crash dir = {r}/crash
+osd pool default size = 1
+osd pool default min size = 1
+osd pool default pg autoscale mode = off
+osd crush chooseleaf type = 0
+mon allow pool size one = true
+mon allow pool delete = true
+mon warn on pool no redundancy = false
+# A lone osd has no peers to report it down, and auto-out would reshuffle fault tests.
+mon osd down out interval = 0
+mgr initial modules =
+{debug}
+[mon]
+mon data = {r}/mon/$id
+
+[osd]
+osd data = {r}/osd/$id
+keyring = {r}/osd/$id/keyring
+osd objectstore = {self.objectstore}
+osd op num shards = 2
+osd op num threads per shard = 1
+osd memory target = 1073741824
+# The block file must live outside osd data, or mkfs fails with ELOOP on its own symlink.
+bluestore block path = {r}/osd.$id.block
+bluestore block create = true
+bluestore block size = {size}
+bluestore fsck on mkfs = false
+memstore device bytes = {size}
+
+[mgr]
+mgr data = {r}/mgr/$id
+keyring = {r}/mgr/$id/keyring
+mgr disabled modules = {_MGR_MODULES}
+
+[client]
+# Without $pid every second concurrent client fails to bind the shared socket.
+admin socket = {r}/run/$name.$pid.asok
+""")
+
+    def stop(self) -> None:
+        for name in sorted(self._procs, key=lambda n: _STOP_ORDER.index(n) if n in _STOP_ORDER else -1):
+            self._kill(name)
+        if (self.root / "cluster.json").exists():
+            self._save()
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @classmethod
+    def attach(cls, root: pathlib.Path) -> Cluster:
+        """Control a cluster booted by another process (e.g. `cluster.py up`)."""
+        state = json.loads((pathlib.Path(root) / "cluster.json").read_text())
+        c = cls(root, objectstore=state["objectstore"], osd_size_gib=state["osd_size_gib"],
+                with_mgr=state["with_mgr"], port=state["port"], pool=state["pool"])
+        c.fsid = state["fsid"]
+        c._procs = {name: pid for name, pid in state["pids"].items() if c._is_ours(pid)}
+        return c
+
+    # -- daemons on demand ----------------------------------------------------------------
+
+    def start_mgr(self) -> None:
+        if not self._alive("mgr.x"):
+            self._spawn("mgr.x")
+            self._save()
+        self._wait("mgr available", self._mgr_available, 120)
+
+    def stop_osd(self) -> None:
+        self._kill("osd.0")
+        self._save()
+        # Normally the osd marks itself down on SIGTERM; after a SIGKILL nobody else would.
+        self.ceph("osd", "down", "0")
+
+    def start_osd(self) -> None:
+        if not self._alive("osd.0"):
+            self._spawn("osd.0")
+            self._save()
+        self._wait("osd.0 up", self._osd_up, 120)
+        self._probe()
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def ceph(self, *args, timeout=60) -> str:
+        return self._tool("ceph", *args, timeout=timeout)
+
+    def rbd(self, *args, timeout=60) -> str:
+        return self._tool("rbd", *args, timeout=timeout)
+
+    def images(self, pool=None) -> list[str]:
+        return self.rbd("ls", pool or self.pool).split()
+
+    def env(self) -> dict:
+        return {**os.environ, "CEPH_CONF": str(self.conf_path)}
+
+    def _tool(self, tool: str, *args, timeout=60) -> str:
+        cmd = [tool, "-c", str(self.conf_path), *map(str, args)]
+        try:
+            res = subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise CephError(f"{' '.join(cmd)}: timed out after {timeout}s") from None
+        if res.returncode:
+            raise CephError(f"{' '.join(cmd)}: exit {res.returncode}: {res.stderr.strip()}")
+        return res.stdout
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _spawn(self, name: str) -> None:
+        kind, _, ident = name.partition(".")
+        with open(self.root / "log" / f"{name}.out", "ab") as out:
+            # -f keeps the daemon in the foreground so the pid we hold is the daemon itself;
+            # its own session keeps it alive after `up` exits and away from the caller's Ctrl-C.
+            self._procs[name] = subprocess.Popen(
+                [f"ceph-{kind}", "-f", "-c", str(self.conf_path), "-i", ident],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _alive(self, name: str) -> bool:
+        proc = self._procs.get(name)
+        if isinstance(proc, subprocess.Popen):
+            return proc.poll() is None
+        return proc is not None and self._is_ours(proc)
+
+    def _is_ours(self, pid: int) -> bool:
+        # Guards against pid reuse: a live, non-zombie process started with our ceph.conf.
+        try:
+            stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+            cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return stat.rpartition(")")[2].split()[0] != "Z" and str(self.conf_path).encode() in cmdline
+
+    def _kill(self, name: str, grace: float = 20.0) -> None:
+        if not self._alive(name):
+            self._procs.pop(name, None)
+            return
+        proc = self._procs[name]
+        pid = proc.pid if isinstance(proc, subprocess.Popen) else proc
+        for sig, bound in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + bound
+            while self._alive(name) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not self._alive(name):
+                break
+        else:
+            raise CephError(f"{name} (pid {pid}) survived SIGKILL")
+        del self._procs[name]
+
+    def _wait(self, what: str, ready, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            for name, proc in self._procs.items():
+                if isinstance(proc, subprocess.Popen) and proc.poll() is not None:
+                    log = (self.root / "log" / f"{name}.log").read_text(errors="replace")[-2000:]
+                    raise CephError(f"{name} exited with {proc.returncode} while waiting for {what}:\n{log}")
+            try:
+                if ready():
+                    return
+            except CephError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not ready after {timeout}s")
+            time.sleep(0.3)
+
+    def _osd_up(self) -> bool:
+        osds = json.loads(self.ceph("osd", "dump", "--format", "json", timeout=10))["osds"]
+        return any(o["osd"] == 0 and o["up"] for o in osds)
+
+    def _mgr_available(self) -> bool:
+        return json.loads(self.ceph("mgr", "stat", "--format", "json", timeout=10))["available"]
+
+    def _probe(self) -> None:
+        # Only a real write proves the PGs have peered and rbd's object class is loaded.
+        image = f"{self.pool}/probe-{uuid.uuid4().hex[:8]}"
+        self.rbd("create", "--size", "1M", image, timeout=120)
+        self.rbd("rm", "--no-progress", image, timeout=120)
+
+    def _save(self) -> None:
+        pids = {n: p.pid if isinstance(p, subprocess.Popen) else p for n, p in self._procs.items()}
+        state = {"fsid": self.fsid, "conf": str(self.conf_path), "pool": self.pool, "port": self.port,
+                 "objectstore": self.objectstore, "osd_size_gib": self.osd_size_gib,
+                 "with_mgr": self.with_mgr, "pids": pids}
+        tmp = self.root / "cluster.json.tmp"
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(self.root / "cluster.json")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="boot a cluster in DIR and leave it running; prints the conf path")
+    up.add_argument("dir", type=pathlib.Path)
+    up.add_argument("--objectstore", choices=("bluestore", "memstore"), default="bluestore")
+    up.add_argument("--osd-size-gib", type=int, default=8)
+    up.add_argument("--mgr", action="store_true", help="also start a ceph-mgr (needed for pool quotas)")
+    down = sub.add_parser("down", help="stop the daemons recorded in DIR/cluster.json")
+    down.add_argument("dir", type=pathlib.Path)
+    args = parser.parse_args(argv)
+    if args.cmd == "up":
+        c = Cluster(args.dir, objectstore=args.objectstore, osd_size_gib=args.osd_size_gib,
+                    with_mgr=args.mgr).start()
+        atexit.unregister(c.stop)  # the whole point of `up` is that the daemons outlive it
+        print(f"booted in {c.boot_seconds:.1f}s", file=sys.stderr)
+        print(c.conf_path)
+    else:
+        Cluster.attach(args.dir).stop()
+
+
+if __name__ == "__main__":
+    main()
