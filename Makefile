@@ -1,0 +1,53 @@
+# glance-rbd-native: `make demo` and `make test` set everything up on a fresh Debian 12 (as root).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Debian's interpreter: the only one that sees Debian's rados and rbd modules, like glance hosts.
+SYSTEM_PYTHON := /usr/bin/python3
+APT_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev \
+	python3-rbd python3-rados python3-venv python3-dev gcc pkg-config
+PIP_PACKAGES := maturin "pytest>=7" "hypothesis>=6" glance-store==5.7.0 numpy
+
+.PHONY: help deps build demo test test-rust test-python bench lint clean
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+deps: $(VENV)/.deps ## Install Debian's Ceph packages and the test virtualenv (once)
+
+$(VENV)/.deps: Makefile
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	command -v cargo >/dev/null || { echo "cargo (Rust) is required: https://rustup.rs" >&2; exit 1; }
+	[ -x $(PY) ] || $(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(PIP_PACKAGES)
+	touch $@
+
+build: deps ## Build the wheel and install it into the virtualenv, as an operator would
+	rm -rf target/wheels
+	$(VENV)/bin/maturin build --release -q -i $(PY) -o target/wheels
+	$(PY) -m pip install -q --force-reinstall --no-deps target/wheels/*.whl
+
+demo: build ## Boot a throwaway cluster; upload one image through the stock and native drivers
+	$(PY) benchmarks/demo.py
+
+test: build test-rust test-python ## Everything: cargo tests, then pytest on a throwaway cluster
+
+test-rust: deps
+	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo test --quiet
+
+test-python: build
+	$(PY) -m pytest -q
+
+lint: deps ## rustfmt, clippy with warnings as errors
+	cargo fmt --check
+	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo clippy --all-targets -- -D warnings
+
+clean: ## Remove build outputs and the virtualenv
+	rm -rf target $(VENV) python/glance_rbd_native/*.so

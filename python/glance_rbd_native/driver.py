@@ -1,0 +1,142 @@
+"""The native ``Store.add`` for glance_store's rbd driver.
+
+It keeps the stock contract (glance-store 5.7.0): same return tuple, same exceptions, same
+hashing and verifier calls, same snapshot. Unlike stock, all upload state is local to the call,
+so one Store serves any number of uploads, one after the other or at once.
+"""
+
+import logging
+import math
+import os
+
+from glance_store import exceptions
+from glance_store._drivers import rbd as stock
+from glance_store.common import utils
+from glance_store.i18n import _, _LE
+
+from glance_rbd_native._native import (
+    DEFAULT_MAX_IN_FLIGHT,
+    ConnectError,
+    ImageExists,
+    NoSpace,
+    NotFound,
+    RbdWriter,
+)
+
+LOG = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT_ENV = "GLANCE_RBD_NATIVE_MAX_IN_FLIGHT_MIB"
+
+
+def max_in_flight():
+    """Bytes allowed in flight per upload: the environment's MiB setting, or the default."""
+    value = os.environ.get(MAX_IN_FLIGHT_ENV, "").strip()
+    if not value:
+        return DEFAULT_MAX_IN_FLIGHT
+    try:
+        mib = int(value)
+    except ValueError:
+        mib = 0
+    if mib < 1:
+        LOG.warning("%s=%r is not a positive integer; using the default of %d MiB",
+                    MAX_IN_FLIGHT_ENV, value, DEFAULT_MAX_IN_FLIGHT >> 20)
+        return DEFAULT_MAX_IN_FLIGHT
+    return mib << 20
+
+
+def add(self, image_id, image_file, image_size, hashing_algo, context=None,
+        verifier=None):
+    """Stores an image through ``RbdWriter``; see glance_store's ``Store.add``."""
+    os_hash_value = utils.get_hasher(hashing_algo, False)
+    checksum = utils.get_hasher('md5', False)
+    image_name = str(image_id)
+    order = int(math.log(self.WRITE_CHUNKSIZE, 2))
+    LOG.debug('creating image %s with order %d and size %d',
+              image_name, order, image_size)
+
+    writer = _open_writer(self, image_id, image_name, image_size, order)
+    bytes_written = 0
+    try:
+        with writer:
+            for chunk in utils.chunkreadable(image_file, self.WRITE_CHUNKSIZE):
+                bytes_written += len(chunk)
+                if image_size != 0 and bytes_written > image_size:
+                    raise exceptions.Invalid(
+                        _("Size exceeds: expected %(expected)d "
+                          "bytes, got %(actual)d bytes") %
+                        {'expected': image_size, 'actual': bytes_written})
+                writer.write(chunk)
+                os_hash_value.update(chunk)
+                checksum.update(chunk)
+                if verifier:
+                    verifier.update(chunk)
+            if image_size != 0 and bytes_written != image_size:
+                raise exceptions.Invalid(_(
+                    "Size mismatch: expected %(expected)d "
+                    "bytes, got %(actual)d bytes") % {
+                    'expected': image_size, 'actual': bytes_written})
+            # Leaving the block finishes the writer: drain, trim, snapshot.
+    except NoSpace as exc:
+        log_msg = (_LE("Failed to store image %(img_name)s "
+                       "insufficient space available") %
+                   {'img_name': image_name})
+        LOG.error("%s: %s", log_msg, exc)
+        raise exceptions.StorageFull(message=log_msg)
+    except Exception as exc:
+        LOG.error(_LE("Failed to store image %(img_name)s "
+                      "Store Exception %(store_exc)s"),
+                  {'img_name': image_name, 'store_exc': exc})
+        raise
+
+    LOG.debug("stored image %s: %d bytes in %d resizes",
+              image_name, bytes_written, writer.resizes)
+    loc = stock.StoreLocation({
+        'fsid': writer.fsid,
+        'pool': self.pool,
+        'image': image_name,
+        'snapshot': stock.DEFAULT_SNAPNAME,
+    }, self.conf)
+    metadata = {}
+    if self.backend_group:
+        metadata['store'] = self.backend_group
+    return (loc.get_uri(), bytes_written, checksum.hexdigest(),
+            os_hash_value.hexdigest(), metadata)
+
+
+def _open_writer(store, image_id, image_name, image_size, order):
+    """Connects and creates the image, with the stock driver's exceptions for failures."""
+    conf = store.store_conf
+    timeout = conf.rados_connect_timeout
+    try:
+        return RbdWriter(
+            store.pool, image_name, image_size,
+            conffile=store.conf_file or None,
+            # The stock driver passes str(None) == 'None' as the user when the option is unset,
+            # asking for client.None; unset means librados' default user here.
+            user=conf.rbd_store_user or None,
+            order=order,
+            thin_provisioning=bool(store.thin_provisioning),
+            snapshot=stock.DEFAULT_SNAPNAME,
+            connect_timeout=timeout if timeout >= 0 else None,
+            max_in_flight=max_in_flight(),
+        )
+    except ImageExists:
+        msg = _('RBD image %s already exists') % image_id
+        raise exceptions.Duplicate(message=msg)
+    except NoSpace as exc:
+        log_msg = (_LE("Failed to store image %(img_name)s "
+                       "insufficient space available") % {'img_name': image_name})
+        LOG.error("%s: %s", log_msg, exc)
+        raise exceptions.StorageFull(message=log_msg)
+    except ConnectError as exc:
+        if store.backend_group and len(store.conf.enabled_backends) > 1:
+            reason = _("Error in store configuration: %s") % exc
+            LOG.debug(reason)
+            raise exceptions.BadStoreConfiguration(
+                store_name=store.backend_group, reason=reason)
+        LOG.error(_LE("Error connecting to ceph cluster: %s"), exc)
+        raise exceptions.BackendException(message=str(exc))
+    except NotFound as exc:
+        # Stock lets rados.ObjectNotFound escape for a missing pool; name the pool instead.
+        LOG.error("%s", exc)
+        raise exceptions.BackendException(message=str(exc))
