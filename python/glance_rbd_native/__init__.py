@@ -15,7 +15,7 @@ from glance_rbd_native._native import (
     RbdWriter,
     connection_count,
 )
-from glance_rbd_native.patch import is_patched, patch, unpatch
+from glance_rbd_native.patching import is_patched, patch, unpatch
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",

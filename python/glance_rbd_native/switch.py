@@ -31,7 +31,7 @@ def install():
 
 def _patch():
     try:
-        from glance_rbd_native.patch import patch
+        from glance_rbd_native.patching import patch
 
         patch()
     except Exception:  # start-up must go on with the stock driver

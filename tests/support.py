@@ -1,0 +1,156 @@
+"""Helpers shared by the tests, the demo and the benchmarks: glance stores on a cluster, data
+sources shaped like glance's, and reading images back through Debian's rbd module."""
+
+import hashlib
+import io
+import random
+import uuid
+
+import rados
+import rbd
+from oslo_config import cfg
+
+import glance_store
+from glance_store import multi_backend
+from glance_store._drivers import rbd as rbd_driver
+
+MiB = 1 << 20
+SNAP = rbd_driver.DEFAULT_SNAPNAME
+
+
+def make_store(cluster, *, chunk_mib=8, thin=False, backend=None, timeout=-1, pool=None,
+               user="admin", conf_file=None):
+    """A configured glance_store rbd Store on `cluster`, single-store or in a multi-store set-up."""
+    conf = cfg.ConfigOpts()
+    conf(args=[])
+    options = dict(
+        rbd_store_chunk_size=chunk_mib,
+        rbd_store_pool=pool or cluster.pool,
+        rbd_store_user=user,
+        rbd_store_ceph_conf=str(conf_file or cluster.conf_path),
+        rados_connect_timeout=timeout,
+        rbd_thin_provisioning=thin,
+    )
+    if backend:
+        conf.register_opt(cfg.DictOpt("enabled_backends"))
+        conf.set_override("enabled_backends", {backend: "rbd", "other": "rbd"})
+        multi_backend.register_store_opts(conf)
+        conf.set_override("default_backend", backend, group="glance_store")
+        group = backend
+    else:
+        glance_store.backend.register_opts(conf)
+        group = "glance_store"
+    for key, value in options.items():
+        conf.set_override(key, value, group=group)
+    store = rbd_driver.Store(conf, backend=backend)
+    store.configure()
+    return store
+
+
+def new_name(prefix="img"):
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+def data_of(size, seed=0):
+    return random.Random(seed).randbytes(size)
+
+
+def sparse_data(size, seed=0, block=4096):
+    """Random data in which about half of the blocks, in runs of varied length, are zero."""
+    rng = random.Random(seed)
+    out = bytearray(size)
+    pos = 0
+    while pos < size:
+        run = rng.randint(1, 8) * block + rng.choice((0, 0, rng.randrange(block)))
+        if rng.random() < 0.5:
+            out[pos:pos + run] = rng.randbytes(min(run, size - pos))
+        pos += run
+    return bytes(out[:size])
+
+
+class ShortReader:
+    """A file-like source whose reads return fewer bytes than asked, like a socket."""
+
+    def __init__(self, data, seed=0, max_read=None):
+        self._stream = io.BytesIO(data)
+        self._rng = random.Random(seed)
+        self._max = max_read
+
+    def read(self, size=-1):
+        limit = size if size > 0 else len(self._stream.getbuffer())
+        if self._max:
+            limit = min(limit, self._max)
+        return self._stream.read(self._rng.randint(1, max(1, limit)))
+
+
+def chunks_of(data, sizes):
+    """An iterator over `data` cut into pieces of the given sizes, cycling through them."""
+    pos, i = 0, 0
+    while pos < len(data):
+        step = sizes[i % len(sizes)]
+        yield data[pos:pos + step]
+        pos += step
+        i += 1
+
+
+def expected_result(data, algo="sha512"):
+    return len(data), hashlib.md5(data).hexdigest(), hashlib.new(algo, data).hexdigest()
+
+
+class Images:
+    """Direct access to the pool through Debian's rados/rbd modules, independent of the code
+    under test."""
+
+    def __init__(self, cluster, pool=None):
+        self.pool = pool or cluster.pool
+        self._client = rados.Rados(conffile=str(cluster.conf_path), rados_id="admin")
+        self._client.connect()
+        self._ioctx = self._client.open_ioctx(self.pool)
+
+    def close(self):
+        self._ioctx.close()
+        self._client.shutdown()
+
+    def names(self):
+        return set(rbd.RBD().list(self._ioctx))
+
+    def read(self, name, snapshot=SNAP):
+        with rbd.Image(self._ioctx, name, snapshot=snapshot, read_only=True) as image:
+            size = image.size()
+            parts, pos = [], 0
+            while pos < size:
+                part = image.read(pos, min(32 * MiB, size - pos))
+                parts.append(part)
+                pos += len(part)
+            return b"".join(parts)
+
+    def info(self, name):
+        """Size, and each snapshot with whether it is protected."""
+        with rbd.Image(self._ioctx, name, read_only=True) as image:
+            snaps = {s["name"]: image.is_protected_snap(s["name"]) for s in image.list_snaps()}
+            return {"size": image.size(), "snaps": snaps}
+
+    def data_objects(self, name):
+        """How many RADOS data objects back the image: all-zero ranges written thin make none."""
+        with rbd.Image(self._ioctx, name, read_only=True) as image:
+            prefix = image.stat()["block_name_prefix"]
+        return sum(1 for obj in self._ioctx.list_objects() if obj.key.startswith(prefix + "."))
+
+    def create(self, name, size):
+        rbd.RBD().create(self._ioctx, name, size, old_format=False)
+
+    def write(self, name, data, offset=0):
+        with rbd.Image(self._ioctx, name) as image:
+            image.write(data, offset)
+
+    def remove(self, name):
+        """Removes an image and its snapshots; a missing image is fine."""
+        try:
+            with rbd.Image(self._ioctx, name) as image:
+                for snap in list(image.list_snaps()):
+                    if image.is_protected_snap(snap["name"]):
+                        image.unprotect_snap(snap["name"])
+                    image.remove_snap(snap["name"])
+            rbd.RBD().remove(self._ioctx, name)
+        except rbd.ImageNotFound:
+            pass

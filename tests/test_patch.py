@@ -1,0 +1,90 @@
+"""patch(), unpatch(), is_patched() and the GLANCE_RBD_NATIVE switch."""
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import glance_rbd_native
+from glance_rbd_native import driver, patching
+from glance_store import capabilities, driver as store_driver
+from glance_store._drivers import rbd
+
+
+def test_patch_is_repeat_safe_and_reversible(caplog):
+    original = rbd.Store.add
+    with caplog.at_level(logging.INFO, logger="glance_rbd_native"):
+        assert glance_rbd_native.patch()
+        assert glance_rbd_native.patch()
+    assert glance_rbd_native.is_patched()
+    assert rbd.Store.add is not original
+    assert [r.message for r in caplog.records].count(
+        next(r.message for r in caplog.records if "native RBD writer is active" in r.message)
+    ) == 1
+    glance_rbd_native.unpatch()
+    glance_rbd_native.unpatch()
+    assert not glance_rbd_native.is_patched()
+    assert rbd.Store.add is original
+
+
+def test_patched_add_keeps_the_stock_wrappers():
+    stock_add = rbd.Store.add
+    glance_rbd_native.patch()
+    # back_compat_add wraps capabilities.check, which wraps driver.add, as in the stock class.
+    add = rbd.Store.add
+    assert add.__name__ == stock_add.__name__
+    assert add.__code__ is stock_add.__code__
+    assert add.__code__ is store_driver.back_compat_add(driver.add).__code__
+    assert add.__wrapped__.__code__ is capabilities.check(driver.add).__code__
+
+
+def test_unsupported_version_keeps_stock_driver(monkeypatch, caplog):
+    monkeypatch.setattr(patching, "glance_store_version", lambda: "4.1.0")
+    with caplog.at_level(logging.WARNING):
+        assert not glance_rbd_native.patch()
+    assert not glance_rbd_native.is_patched()
+    assert "keeping the stock rbd driver" in caplog.text
+    assert glance_rbd_native.patch(force=True)
+
+
+def test_in_flight_setting(monkeypatch, caplog):
+    monkeypatch.setenv(driver.MAX_IN_FLIGHT_ENV, "16")
+    assert driver.max_in_flight() == 16 << 20
+    monkeypatch.setenv(driver.MAX_IN_FLIGHT_ENV, "lots")
+    assert driver.max_in_flight() == glance_rbd_native.DEFAULT_MAX_IN_FLIGHT
+    assert "not a positive integer" in caplog.text
+
+
+SWITCH_PROBE = textwrap.dedent("""
+    import logging, sys
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
+    from glance_store._drivers import rbd
+    import glance_rbd_native
+    print("patched" if glance_rbd_native.is_patched() else "stock")
+""")
+
+
+@pytest.mark.parametrize("value,expected", [("1", "patched"), ("0", "stock"), (None, "stock")])
+def test_environment_switch_patches_on_import(value, expected):
+    env = {k: v for k, v in os.environ.items() if k != "GLANCE_RBD_NATIVE"}
+    if value is not None:
+        env["GLANCE_RBD_NATIVE"] = value
+    out = subprocess.run([sys.executable, "-c", SWITCH_PROBE], env=env, check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert out.strip().splitlines()[-1] == expected
+    assert ("native RBD writer is active" in out) == (expected == "patched")
+
+
+def test_environment_switch_after_driver_import():
+    probe = "from glance_store._drivers import rbd\n" + textwrap.dedent("""
+        from glance_rbd_native import switch
+        switch.install()
+        import glance_rbd_native
+        print(glance_rbd_native.is_patched())
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "GLANCE_RBD_NATIVE": "1"})
+    assert out.stdout.strip() == "True"
