@@ -135,8 +135,8 @@ def _open_writer(store, image_id, image_name, image_size, order):
             raise exceptions.BadStoreConfiguration(
                 store_name=store.backend_group, reason=reason)
         LOG.error(_LE("Error connecting to ceph cluster: %s"), exc)
-        raise exceptions.BackendException(message=str(exc))
+        raise exceptions.BackendException(str(exc))
     except NotFound as exc:
         # Stock lets rados.ObjectNotFound escape for a missing pool; name the pool instead.
         LOG.error("%s", exc)
-        raise exceptions.BackendException(message=str(exc))
+        raise exceptions.BackendException(str(exc))
