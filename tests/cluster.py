@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import base64
+import contextlib
 import json
 import os
 import pathlib
@@ -66,6 +67,8 @@ class Cluster:
     def start(self) -> Cluster:
         if self.conf_path.exists():
             raise FileExistsError(f"{self.root} already holds a cluster; use Cluster.attach() or a fresh dir")
+        if len(str(self.root / "run/client.admin.4194304.asok")) > 107:
+            raise ValueError(f"{self.root} is too long for the unix sockets put under it (max 107 bytes)")
         t0 = time.monotonic()
         for d in ("log", "run", "crash", "mon/a", "osd/0", "mgr/x"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
@@ -73,8 +76,9 @@ class Cluster:
         atexit.register(self.stop)  # don't leak daemons if the caller dies before stop()
         try:
             self._boot()
-        except BaseException:
+        except BaseException as e:
             self.stop()
+            e.add_note(f"daemon logs: {self.root / 'log'}")
             raise
         self.boot_seconds = time.monotonic() - t0
         return self
@@ -82,25 +86,29 @@ class Cluster:
     def _boot(self) -> None:
         r, osd_uuid, osd_key = self.root, str(uuid.uuid4()), _secret()
         self._write_files(osd_key)
-        subprocess.run(["monmaptool", "--create", "--fsid", self.fsid, "--addv", "a",
-                        f"[v2:127.0.0.1:{self.port}/0]", str(r / "monmap")], check=True, capture_output=True)
+        self._tool("monmaptool", "--create", "--fsid", self.fsid, "--addv", "a", f"[v2:127.0.0.1:{self.port}/0]",
+                   r / "monmap")
         self._tool("ceph-mon", "--mkfs", "-i", "a", "--monmap", r / "monmap", "--keyring", r / "mon.keyring")
         # bluestore mkfs takes seconds and needs no mon, so overlap it with the mon boot.
         mkfs = subprocess.Popen(["ceph-osd", "-c", str(self.conf_path), "-i", "0", "--mkfs", "--no-mon-config",
                                  "--osd-uuid", osd_uuid], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self._spawn("mon.a")
-        secrets = r / "osd/0/secrets.json"
-        secrets.write_text(json.dumps({"cephx_secret": osd_key}))
-        self.ceph("osd", "new", osd_uuid, "0", "-i", secrets)
-        secrets.unlink()
-        self.ceph("osd", "pool", "create", self.pool, "8", "8")
-        out, _ = mkfs.communicate(timeout=120)
+        try:
+            self._spawn("mon.a")
+            secrets = r / "osd/0/secrets.json"
+            secrets.write_text(json.dumps({"cephx_secret": osd_key}))
+            self.ceph("osd", "new", osd_uuid, "0", "-i", secrets)
+            secrets.unlink()
+            self.ceph("osd", "pool", "create", self.pool, "8", "8")
+            out, _ = mkfs.communicate(timeout=120)
+        finally:
+            if mkfs.poll() is None:
+                mkfs.kill()
+                mkfs.wait()
         if mkfs.returncode:
             raise CephError(f"ceph-osd --mkfs failed ({mkfs.returncode}): {out.decode(errors='replace')}")
         self._spawn("osd.0")
         if self.with_mgr:
             self._spawn("mgr.x")
-        self._save()
         self._wait("osd.0 up", self._osd_up, 120)
         self.rbd("pool", "init", self.pool, timeout=120)
         self._probe()
@@ -145,7 +153,12 @@ osd pool default pg autoscale mode = off
 osd crush chooseleaf type = 0
 mon allow pool size one = true
 mon allow pool delete = true
+# Batching map updates for a second buys nothing with one mon and slows every boot step.
+paxos propose interval = 0.1
 mon warn on pool no redundancy = false
+# The host disk is shared; the mon must not warn at 30% free, let alone quit at 5%.
+mon data avail warn = 2
+mon data avail crit = 1
 # A stopped osd must stay "in" for fault tests, however long it is down.
 mon osd down out interval = 0
 mon warn on osd down out interval zero = false
@@ -153,6 +166,7 @@ mon warn on insecure global id reclaim allowed = false
 # Report PG stats every second so pool quotas (FULL flag) take effect quickly.
 mgr stats period = 1
 mon mgr digest period = 1
+mon tick interval = 1
 mgr initial modules =
 {debug}
 [mon]
@@ -183,10 +197,8 @@ admin socket = {r}/run/$name.$pid.asok
 """)
 
     def stop(self) -> None:
-        for name in sorted(self._procs, key=lambda n: _STOP_ORDER.index(n) if n in _STOP_ORDER else -1):
+        for name in sorted(self._procs, key=_STOP_ORDER.index):
             self._kill(name)
-        if (self.root / "cluster.json").exists():
-            self._save()
 
     def __enter__(self) -> Cluster:
         return self.start()
@@ -209,19 +221,19 @@ admin socket = {r}/run/$name.$pid.asok
     def start_mgr(self) -> None:
         if not self._alive("mgr.x"):
             self._spawn("mgr.x")
-            self._save()
         self._wait("mgr available", self._mgr_available, 120)
 
     def stop_osd(self) -> None:
+        if self.objectstore == "memstore" and self._alive("osd.0"):
+            # memstore persists only on a clean umount, which the default fast shutdown skips.
+            self.ceph("tell", "osd.0", "config", "set", "osd_fast_shutdown", "false")
         self._kill("osd.0")
-        self._save()
         # Normally the osd marks itself down on SIGTERM; after a SIGKILL nobody else would.
         self.ceph("osd", "down", "0")
 
     def start_osd(self) -> None:
         if not self._alive("osd.0"):
             self._spawn("osd.0")
-            self._save()
         self._wait("osd.0 up", self._osd_up, 120)
         self._probe()
 
@@ -235,6 +247,20 @@ admin socket = {r}/run/$name.$pid.asok
 
     def images(self, pool=None) -> list[str]:
         return self.rbd("ls", pool or self.pool).split()
+
+    def create_pool(self, name: str) -> None:
+        self.ceph("osd", "pool", "create", name, "8", "8")
+        self.rbd("pool", "init", name, timeout=120)
+
+    def delete_pool(self, name: str) -> None:
+        self.ceph("osd", "pool", "delete", name, name, "--yes-i-really-really-mean-it")
+
+    def wait_pool_full(self, name: str, timeout: float = 60) -> None:
+        """Waits for the mon to flag a pool over its quota (needs the mgr's pool statistics)."""
+        def full() -> bool:
+            pools = json.loads(self.ceph("osd", "pool", "ls", "detail", "--format", "json"))
+            return any(p["pool_name"] == name and "full" in p.get("flags_names", "") for p in pools)
+        self._wait(f"pool {name} full", full, timeout)
 
     def env(self) -> dict:
         return {**os.environ, "CEPH_CONF": str(self.conf_path)}
@@ -259,6 +285,7 @@ admin socket = {r}/run/$name.$pid.asok
             self._procs[name] = subprocess.Popen(
                 [f"ceph-{kind}", "-f", "-c", str(self.conf_path), "-i", ident],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self._save()  # record the pid at once, so even a crashed caller leaves a way to clean up
 
     def _alive(self, name: str) -> bool:
         proc = self._procs.get(name)
@@ -277,30 +304,29 @@ admin socket = {r}/run/$name.$pid.asok
 
     def _kill(self, name: str, grace: float = 20.0) -> None:
         if not self._alive(name):
-            self._procs.pop(name, None)
+            if self._procs.pop(name, None) is not None:
+                self._save()
             return
         proc = self._procs[name]
         pid = proc.pid if isinstance(proc, subprocess.Popen) else proc
         for sig, bound in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                break
             deadline = time.monotonic() + bound
             while self._alive(name) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if not self._alive(name):
-                break
-        else:
-            raise CephError(f"{name} (pid {pid}) survived SIGKILL")
-        del self._procs[name]
+                del self._procs[name]
+                self._save()
+                return
+        raise CephError(f"{name} (pid {pid}) survived SIGKILL")
 
     def _wait(self, what: str, ready, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
             for name, proc in self._procs.items():
                 if isinstance(proc, subprocess.Popen) and proc.poll() is not None:
-                    log = (self.root / "log" / f"{name}.log").read_text(errors="replace")[-2000:]
+                    log = (self.root / "log" / f"{name}.out").read_text(errors="replace")[-2000:]
                     raise CephError(f"{name} exited with {proc.returncode} while waiting for {what}:\n{log}")
             try:
                 if ready():
