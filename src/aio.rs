@@ -96,12 +96,22 @@ impl InFlight {
         if ret < 0 {
             // SAFETY: no callback will run, so the reference given to it comes back here.
             drop(unsafe { Arc::from_raw(arg.cast::<Slot>()) });
-            return Err(Error::ceph("starting a write to", image.target(), ret.into()));
+            return Err(Error::ceph(
+                "starting a write to",
+                image.target(),
+                ret.into(),
+            ));
         }
         let data = &(**buffer).as_ref()[range];
         // SAFETY: the image is open; data stays alive in `Pending` until the write completes.
         let ret = unsafe {
-            ffi::rbd_aio_write(image.handle(), offset, len, data.as_ptr().cast(), completion)
+            ffi::rbd_aio_write(
+                image.handle(),
+                offset,
+                len,
+                data.as_ptr().cast(),
+                completion,
+            )
         };
         if ret < 0 {
             // SAFETY: the write was refused, so librbd will not call back: take the reference
@@ -110,7 +120,11 @@ impl InFlight {
                 drop(Arc::from_raw(arg.cast::<Slot>()));
                 ffi::rbd_aio_release(completion);
             }
-            return Err(Error::ceph("starting a write to", image.target(), ret.into()));
+            return Err(Error::ceph(
+                "starting a write to",
+                image.target(),
+                ret.into(),
+            ));
         }
         self.queue.push_back(Pending {
             completion,
@@ -149,7 +163,11 @@ impl InFlight {
         release(pending.completion);
         let ret = check(ret as i64, "writing to", image.target());
         ret.map_err(|err| {
-            log::debug!("write of {} bytes at {} failed: {err}", pending.len, pending.offset);
+            log::debug!(
+                "write of {} bytes at {} failed: {err}",
+                pending.len,
+                pending.offset
+            );
             err
         })
         .map(drop)

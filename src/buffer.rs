@@ -47,12 +47,16 @@ pub fn extract(data: &Bound<'_, PyAny>) -> PyResult<Buffer> {
         return copy_array(array);
     }
     if data.is_instance_of::<pyo3::types::PyString>() {
-        return Err(PyTypeError::new_err("write() needs bytes-like data, not str"));
+        return Err(PyTypeError::new_err(
+            "write() needs bytes-like data, not str",
+        ));
     }
     let buffer = PyBuffer::<u8>::get(data).map_err(|_| {
         PyTypeError::new_err(format!(
             "write() needs bytes, bytearray, memoryview or a numpy uint8 array, not {}",
-            data.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+            data.get_type()
+                .name()
+                .map_or_else(|_| "?".into(), |n| n.to_string())
         ))
     })?;
     if !buffer.is_c_contiguous() {
@@ -68,7 +72,9 @@ fn copy_array(array: &Bound<'_, PyUntypedArray>) -> PyResult<Buffer> {
             array.dtype()
         ))
     })?;
-    let readonly = array.try_readonly().map_err(|err| PyValueError::new_err(err.to_string()))?;
+    let readonly = array
+        .try_readonly()
+        .map_err(|err| PyValueError::new_err(err.to_string()))?;
     let slice = readonly
         .as_slice()
         .map_err(|_| PyValueError::new_err("write() needs a contiguous numpy array"))?;

@@ -67,7 +67,10 @@ impl Cluster {
         let mut handle: rados::rados_t = ptr::null_mut();
         // SAFETY: handle is a valid out-pointer; user is NUL-terminated or null.
         let ret = unsafe {
-            rados::rados_create(&mut handle, user.as_ref().map_or(ptr::null(), |u| u.as_ptr()))
+            rados::rados_create(
+                &mut handle,
+                user.as_ref().map_or(ptr::null(), |u| u.as_ptr()),
+            )
         };
         if ret < 0 {
             return Err(fail(ret.into(), "rados_create"));
@@ -91,7 +94,11 @@ impl Cluster {
             return Err(fail(ret.into(), "cannot parse CEPH_ARGS"));
         }
         if let Some(timeout) = options.timeout {
-            for key in ["rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"] {
+            for key in [
+                "rados_osd_op_timeout",
+                "rados_mon_op_timeout",
+                "client_mount_timeout",
+            ] {
                 cluster.conf_set(key, &timeout.to_string())?;
             }
         }
@@ -158,7 +165,9 @@ impl Cluster {
             });
         }
         // SAFETY: NUL-terminated by librados, within buf.
-        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
     }
 
     /// An I/O context on `pool`. It keeps the cluster alive for as long as it lives.
@@ -225,7 +234,10 @@ pub fn cstring(value: &str) -> Result<CString> {
 fn describe(options: &ConnectOptions) -> String {
     format!(
         "conf {}, user {}",
-        options.conf_file.as_deref().unwrap_or("<default search path>"),
+        options
+            .conf_file
+            .as_deref()
+            .unwrap_or("<default search path>"),
         options.user.as_deref().unwrap_or("<default>"),
     )
 }

@@ -13,7 +13,8 @@ pub fn create(ioctx: &IoCtx, name: &str, size: u64, features: u64, order: u8) ->
     let name_c = cstring(name)?;
     let mut order = i32::from(order);
     // SAFETY: the ioctx is live; order is an in/out parameter librbd may adjust.
-    let ret = unsafe { ffi::rbd_create2(ioctx.handle(), name_c.as_ptr(), size, features, &mut order) };
+    let ret =
+        unsafe { ffi::rbd_create2(ioctx.handle(), name_c.as_ptr(), size, features, &mut order) };
     check(ret.into(), "creating", &Target::image(ioctx.pool(), name))?;
     Ok(())
 }
@@ -87,7 +88,11 @@ impl Image {
     }
 
     pub fn snap_unprotect(&self, snap: &str) -> Result<()> {
-        self.snap_call(snap, "unprotecting the snapshot of", ffi::rbd_snap_unprotect)
+        self.snap_call(
+            snap,
+            "unprotecting the snapshot of",
+            ffi::rbd_snap_unprotect,
+        )
     }
 
     pub fn snap_remove(&self, snap: &str) -> Result<()> {

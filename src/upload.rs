@@ -80,7 +80,13 @@ impl Upload {
             options.order,
             options.size
         );
-        image::create(&ioctx, &options.image, options.size, features, options.order)?;
+        image::create(
+            &ioctx,
+            &options.image,
+            options.size,
+            features,
+            options.order,
+        )?;
         // The image exists from here on: failing to open it must not leave it behind.
         let image = match Image::open(Arc::clone(&ioctx), &options.image) {
             Ok(image) => image,
@@ -158,7 +164,7 @@ impl Upload {
         let ranges = if self.options.thin {
             zeros::data_ranges(data, offset)
         } else {
-            vec![0..data.len()]
+            std::iter::once(0..data.len()).collect()
         };
         let piece = self.options.max_in_flight.max(1);
         for range in ranges {
@@ -234,7 +240,10 @@ impl Upload {
     /// Aborts after `err`, keeping `err` as what the caller sees.
     fn fail(&mut self, err: Error) -> Error {
         if let Err(cleanup) = self.abort() {
-            log::error!("could not remove {} after a failure: {cleanup}", self.target());
+            log::error!(
+                "could not remove {} after a failure: {cleanup}",
+                self.target()
+            );
         }
         err
     }
@@ -257,7 +266,10 @@ fn closed() -> Error {
 
 /// The cluster's `rbd_default_features`, as glance reads them; layering when unset or zero.
 fn default_features(cluster: &Cluster) -> u64 {
-    match cluster.conf_get("rbd_default_features").map(|v| v.trim().parse::<u64>()) {
+    match cluster
+        .conf_get("rbd_default_features")
+        .map(|v| v.trim().parse::<u64>())
+    {
         Ok(Ok(features)) if features != 0 => features,
         _ => FEATURE_LAYERING,
     }

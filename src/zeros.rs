@@ -12,7 +12,9 @@ pub fn is_zero(bytes: &[u8]) -> bool {
     let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
     head.iter().all(|&b| b == 0)
         && tail.iter().all(|&b| b == 0)
-        && words.chunks(8).all(|c| c.iter().fold(0, |acc, &w| acc | w) == 0)
+        && words
+            .chunks(8)
+            .all(|c| c.iter().fold(0, |acc, &w| acc | w) == 0)
 }
 
 /// The ranges of `chunk` (written at image offset `offset`) that contain data, merged where they
