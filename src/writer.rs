@@ -196,6 +196,23 @@ impl RbdWriter {
     }
 }
 
+impl Drop for RbdWriter {
+    /// A writer collected unfinished removes its image; the waits run detached so other
+    /// threads go on. At interpreter shutdown, `Upload`'s own drop does the same, attached.
+    fn drop(&mut self) {
+        let upload = self.upload.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if upload.is_open() {
+            Python::try_attach(|py| {
+                py.detach(|| {
+                    if let Err(err) = upload.abort() {
+                        log::error!("could not remove unfinished {}: {err}", upload.target());
+                    }
+                })
+            });
+        }
+    }
+}
+
 /// Cluster connections currently cached (one per conf file, user and timeout).
 #[pyfunction]
 pub fn connection_count() -> usize {
