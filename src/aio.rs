@@ -70,8 +70,25 @@ impl InFlight {
         }
     }
 
-    pub fn bytes(&self) -> usize {
-        self.bytes
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Releases the writes at the front that have completed, without waiting.
+    pub fn reap_completed(&mut self, image: &Image) -> Result<()> {
+        while let Some(oldest) = self.queue.front() {
+            if oldest
+                .slot
+                .result
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_none()
+            {
+                break;
+            }
+            self.reap_oldest(image, &mut || Ok(()))?;
+        }
+        Ok(())
     }
 
     /// Starts writing `buffer[range]` at `offset`, first waiting until it fits under the bound.
@@ -153,7 +170,7 @@ impl InFlight {
     }
 
     /// Waits for the oldest write and releases it; its error, if it failed.
-    fn reap_oldest(&mut self, image: &Image, poll: Poll) -> Result<()> {
+    pub fn reap_oldest(&mut self, image: &Image, poll: Poll) -> Result<()> {
         let Some(oldest) = self.queue.front() else {
             return Ok(());
         };

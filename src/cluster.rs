@@ -93,6 +93,12 @@ impl Cluster {
         if ret < 0 {
             return Err(fail(ret.into(), "cannot parse CEPH_ARGS"));
         }
+        // This handle only streams write-once uploads: librbd's cache would copy every byte and
+        // hold up to 32 MiB more for nothing, and it rules out zero-copy writes. Without it,
+        // librbd writes straight from the caller's buffer, which the writer keeps alive until
+        // the write completes.
+        cluster.conf_set("rbd_cache", "false")?;
+        cluster.conf_set("rbd_disable_zero_copy_writes", "false")?;
         if let Some(timeout) = options.timeout {
             for key in [
                 "rados_osd_op_timeout",

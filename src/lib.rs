@@ -1,11 +1,13 @@
 //! glance-rbd-native: a native Ceph RBD upload path for glance_store.
 //!
-//! Plain-Rust layers (`cluster`, `image`, `aio`, `zeros`, `upload`) know nothing of Python; the
+//! Plain-Rust layers (`cluster`, `image`, `aio`, `zeros`, `digest`, `upload`) know nothing of Python; the
 //! `writer`, `buffer` and `exceptions` modules are the PyO3 face of them.
 
 pub mod aio;
+pub mod budget;
 mod buffer;
 pub mod cluster;
+pub mod digest;
 pub mod error;
 mod exceptions;
 mod ffi;
@@ -22,6 +24,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let _ = pyo3_log::try_init();
     module.add_class::<writer::RbdWriter>()?;
     module.add_function(wrap_pyfunction!(writer::connection_count, module)?)?;
+    module.add_function(wrap_pyfunction!(writer::native_digests, module)?)?;
     module.add("DEFAULT_MAX_IN_FLIGHT", upload::DEFAULT_MAX_IN_FLIGHT)?;
     module.add("ZERO_BLOCK", zeros::BLOCK)?;
     exceptions::register(module)?;

@@ -5,12 +5,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::aio::{Buffer, InFlight, Poll};
+use crate::budget::Budget;
 use crate::cluster::{Cluster, IoCtx};
+use crate::digest::Digests;
 use crate::error::{Error, Result, Target};
 use crate::image::{self, Image};
 use crate::zeros;
 
-/// Bytes in flight by default: eight 8 MiB chunks, enough to keep a small cluster busy.
+/// Bytes an upload holds by default, in writes in flight and chunks still being hashed: eight
+/// 8 MiB chunks, enough to keep a small cluster busy.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64 << 20;
 
 /// librbd's `RBD_FEATURE_LAYERING`, used when the cluster sets no default features (as glance does).
@@ -31,17 +34,22 @@ pub struct UploadOptions {
     pub order: u8,
     /// Skip writing all-zero blocks: the image reads back the same, with less allocated.
     pub thin: bool,
+    /// Bound on the bytes in flight, and on the chunk bytes held (in flight or being hashed).
     pub max_in_flight: usize,
     /// Snapshot to create and protect on finish, as glance does for copy-on-write clones.
     pub snapshot: Option<String>,
+    /// hashlib names of the digests to compute over the data, on threads of their own.
+    pub digests: Vec<String>,
 }
 
 /// What a finished upload did, for logs and benchmarks.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Summary {
     pub bytes_written: u64,
     pub resizes: u32,
     pub trim_seconds: f64,
+    /// (hashlib name, hex digest) for each requested digest.
+    pub digests: Vec<(String, String)>,
 }
 
 /// The size an unknown-size image grows to so that `needed` bytes fit.
@@ -57,6 +65,8 @@ pub struct Upload {
     /// Open while the upload runs; None once finished or aborted.
     image: Option<Image>,
     in_flight: InFlight,
+    digests: Digests,
+    budget: Arc<Budget>,
     written: u64,
     image_size: u64,
     snapshot_made: bool,
@@ -72,6 +82,7 @@ impl Upload {
                 options.order
             )));
         }
+        let digests = Digests::start(&options.digests)?;
         let ioctx = Arc::new(cluster.pool(&options.pool)?);
         let features = default_features(cluster);
         log::debug!(
@@ -99,6 +110,8 @@ impl Upload {
         };
         Ok(Upload {
             in_flight: InFlight::new(options.max_in_flight),
+            digests,
+            budget: Budget::new(options.max_in_flight),
             image_size: options.size,
             options,
             ioctx,
@@ -119,6 +132,11 @@ impl Upload {
 
     pub fn resizes(&self) -> u32 {
         self.summary.resizes
+    }
+
+    /// What the upload did; complete once finished.
+    pub fn summary(&self) -> &Summary {
+        &self.summary
     }
 
     pub fn is_open(&self) -> bool {
@@ -149,6 +167,20 @@ impl Upload {
 
     fn write_at(&mut self, buffer: Buffer, poll: Poll) -> Result<()> {
         let image = self.image.as_ref().ok_or_else(closed)?;
+        let len = (*buffer).as_ref().len();
+        // Room first: the writes reaped here and the digests finished elsewhere free it.
+        loop {
+            self.in_flight.reap_completed(image)?;
+            if self.budget.fits(len) {
+                break;
+            }
+            if self.in_flight.is_empty() {
+                self.budget.wait_until_fits(len, poll)?;
+            } else {
+                self.in_flight.reap_oldest(image, poll)?;
+            }
+        }
+        let buffer = self.budget.track(buffer);
         let data = (*buffer).as_ref();
         let offset = self.written;
         let end = offset + data.len() as u64;
@@ -177,6 +209,8 @@ impl Upload {
                 start = stop;
             }
         }
+        // Hashing runs on its own threads while the writes just submitted are on the wire.
+        self.digests.feed(&buffer)?;
         self.written = end;
         Ok(())
     }
@@ -191,6 +225,7 @@ impl Upload {
     fn finish_inner(&mut self, poll: Poll) -> Result<Summary> {
         let image = self.image.as_ref().ok_or_else(closed)?;
         self.in_flight.drain(image, poll)?;
+        self.summary.digests = self.digests.finish()?;
         image.flush()?;
         if self.options.size == 0 && self.image_size != self.written {
             let started = Instant::now();
@@ -212,7 +247,7 @@ impl Upload {
             self.summary.resizes,
             self.summary.trim_seconds
         );
-        Ok(self.summary)
+        Ok(self.summary.clone())
     }
 
     /// Drains the writes in flight, then removes the snapshot and the image. Idempotent.
@@ -224,6 +259,7 @@ impl Upload {
         if let Err(err) = self.in_flight.drain(&image, &mut || Ok(())) {
             log::debug!("write failed while aborting {}: {err}", self.target());
         }
+        self.digests.stop();
         if self.snapshot_made {
             if let Some(snap) = &self.options.snapshot {
                 // Unprotect fails with EINVAL when the snapshot was never protected: fine.

@@ -30,7 +30,7 @@ impl RbdWriter {
     #[pyo3(signature = (
         pool, image, size = 0, *, conffile = None, user = None, order = 23,
         thin_provisioning = false, snapshot = None, connect_timeout = None,
-        max_in_flight = DEFAULT_MAX_IN_FLIGHT,
+        max_in_flight = DEFAULT_MAX_IN_FLIGHT, digests = Vec::new(),
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -45,6 +45,7 @@ impl RbdWriter {
         snapshot: Option<String>,
         connect_timeout: Option<u32>,
         max_in_flight: usize,
+        digests: Vec<String>,
     ) -> PyResult<Self> {
         if image.is_empty() {
             return Err(Error::Usage("image name must not be empty".into()).into());
@@ -65,6 +66,7 @@ impl RbdWriter {
             thin: thin_provisioning,
             max_in_flight,
             snapshot,
+            digests,
         };
         let (upload, fsid) = py.detach(|| -> Result<_> {
             let cluster = Cluster::shared(&connect)?;
@@ -142,6 +144,24 @@ impl RbdWriter {
         self.with_upload(py, |u| u.bytes_written())
     }
 
+    /// {hashlib name: hex digest} of the data, for the digests asked for; set by finish().
+    #[getter]
+    fn hexdigests(&self, py: Python<'_>) -> PyResult<std::collections::HashMap<String, String>> {
+        let (open, digests) = self.with_upload(py, |u| (u.is_open(), u.summary().digests.clone()));
+        if open {
+            return Err(
+                Error::Usage("digests are known once the writer is finished".into()).into(),
+            );
+        }
+        Ok(digests.into_iter().collect())
+    }
+
+    /// Seconds the final trim of an unknown-size image took.
+    #[getter]
+    fn trim_seconds(&self, py: Python<'_>) -> f64 {
+        self.with_upload(py, |u| u.summary().trim_seconds)
+    }
+
     /// How many times the image was grown (unknown size only).
     #[getter]
     fn resizes(&self, py: Python<'_>) -> u32 {
@@ -200,7 +220,10 @@ impl Drop for RbdWriter {
     /// A writer collected unfinished removes its image; the waits run detached so other
     /// threads go on. At interpreter shutdown, `Upload`'s own drop does the same, attached.
     fn drop(&mut self) {
-        let upload = self.upload.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let upload = self
+            .upload
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
         if upload.is_open() {
             Python::try_attach(|py| {
                 py.detach(|| {
@@ -211,6 +234,32 @@ impl Drop for RbdWriter {
             });
         }
     }
+}
+
+/// The hashlib algorithm names `RbdWriter(digests=...)` can compute natively.
+#[pyfunction]
+pub fn native_digests() -> Vec<&'static str> {
+    const CANDIDATES: [&str; 15] = [
+        "md5",
+        "sha1",
+        "sha224",
+        "sha256",
+        "sha384",
+        "sha512",
+        "sha512_224",
+        "sha512_256",
+        "sha3_224",
+        "sha3_256",
+        "sha3_384",
+        "sha3_512",
+        "blake2b",
+        "blake2s",
+        "sm3",
+    ];
+    CANDIDATES
+        .into_iter()
+        .filter(|name| crate::digest::openssl_digest(name).is_some())
+        .collect()
 }
 
 /// Cluster connections currently cached (one per conf file, user and timeout).

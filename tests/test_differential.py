@@ -113,7 +113,8 @@ def test_thick_writes_zero_chunks_like_stock(cluster, clean_pool):
     assert outcome["native"][5] == outcome["stock"][5] == 3
 
 
-@pytest.mark.parametrize("algo", ["md5", "sha256", "sha3_512"])
+# Native digests, and two that fall back to hashlib (ripemd160, md5-sha1).
+@pytest.mark.parametrize("algo", ["md5", "sha256", "sha3_512", "blake2b", "ripemd160", "md5-sha1"])
 def test_hashing_algorithms(cluster, clean_pool, algo):
     data = data_of(2 * MiB + 3)
     outcome = upload_both(cluster, clean_pool, data, len(data), "file", dict(chunk_mib=1),

@@ -1,6 +1,7 @@
 """RbdWriter on the real cluster: accepted inputs, sizes, thin writes, clean-up, bad input."""
 
 import errno
+import hashlib
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from glance_rbd_native import (
     RbdError,
     RbdWriter,
     connection_count,
+    native_digests,
 )
 from support import MiB, SNAP, data_of, new_name, sparse_data
 
@@ -232,3 +234,42 @@ def test_one_connection_per_settings(open_writer, clean_pool):
     assert connection_count() == count
     clean_pool.remove(name)
 
+
+
+@pytest.mark.parametrize("algo", native_digests())
+def test_native_digests_equal_hashlib(open_writer, clean_pool, algo):
+    data = data_of(3 * MiB + 17, seed=3)
+    name = new_name()
+    with open_writer(name, digests=["md5", algo]) as writer:
+        for pos in range(0, len(data), 1_000_003):
+            writer.write(data[pos:pos + 1_000_003])
+        writer.write(b"")
+    assert writer.hexdigests == {
+        "md5": hashlib.md5(data).hexdigest(),
+        algo: hashlib.new(algo, data).hexdigest(),
+    }
+    clean_pool.remove(name)
+
+
+def test_digests_are_known_after_finish_only(open_writer, clean_pool):
+    name = new_name()
+    writer = open_writer(name, digests=["sha256"])
+    writer.write(b"abc")
+    with pytest.raises(ValueError, match="finished"):
+        writer.hexdigests
+    writer.finish()
+    assert writer.hexdigests == {"sha256": hashlib.sha256(b"abc").hexdigest()}
+    clean_pool.remove(name)
+
+
+def test_unknown_native_digest_is_refused_before_creating(open_writer, clean_pool):
+    name = new_name()
+    with pytest.raises(ValueError, match="shake_128"):
+        open_writer(name, digests=["shake_128"])
+    assert name not in clean_pool.names()
+
+
+def test_every_hashlib_algorithm_is_native_or_left_to_hashlib():
+    usable = {a for a in hashlib.algorithms_available if not a.startswith("shake_")}
+    assert set(native_digests()) <= usable
+    assert {"md5", "sha256", "sha512", "sha3_512", "blake2b"} <= set(native_digests())

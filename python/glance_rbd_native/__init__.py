@@ -14,6 +14,7 @@ from glance_rbd_native._native import (
     RbdError,
     RbdWriter,
     connection_count,
+    native_digests,
 )
 from glance_rbd_native.patching import is_patched, patch, unpatch
 
@@ -27,6 +28,7 @@ __all__ = [
     "RbdError",
     "RbdWriter",
     "connection_count",
+    "native_digests",
     "is_patched",
     "patch",
     "unpatch",

@@ -1,7 +1,7 @@
 """Type stub of the native module built from src/ (PyO3)."""
 
 from types import TracebackType
-from typing import Optional, Type, Union
+from typing import Dict, List, Optional, Sequence, Type, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +42,7 @@ class RbdWriter:
         snapshot: Optional[str] = None,
         connect_timeout: Optional[int] = None,
         max_in_flight: int = ...,
+        digests: Sequence[str] = (),
     ) -> RbdWriter: ...
     def write(self, data: Data) -> None:
         """Appends `data` (bytes, bytearray, memoryview or numpy uint8 array) to the image."""
@@ -68,11 +69,20 @@ class RbdWriter:
     @property
     def bytes_written(self) -> int: ...
     @property
+    def hexdigests(self) -> Dict[str, str]:
+        """{hashlib name: hex digest} of the data, for the digests asked for; set by finish()."""
+    @property
+    def trim_seconds(self) -> float:
+        """Seconds the final trim of an unknown-size image took."""
+    @property
     def resizes(self) -> int:
         """How many times the image was grown (unknown size only)."""
     @property
     def closed(self) -> bool:
         """True once finished or aborted."""
+
+def native_digests() -> List[str]:
+    """The hashlib algorithm names `RbdWriter(digests=...)` can compute natively."""
 
 def connection_count() -> int:
     """Cluster connections currently cached (one per conf file, user and timeout)."""

@@ -1,8 +1,9 @@
 """The native ``Store.add`` for glance_store's rbd driver.
 
 It keeps the stock contract (glance-store 5.7.0): same return tuple, same exceptions, same
-hashing and verifier calls, same snapshot. Unlike stock, all upload state is local to the call,
-so one Store serves any number of uploads, one after the other or at once.
+digests and verifier calls, same snapshot. Unlike stock, all upload state is local to the call,
+so one Store serves any number of uploads, one after the other or at once. md5 and the multihash
+are computed by the writer on threads of their own; an algorithm it lacks falls back to hashlib.
 """
 
 import logging
@@ -21,9 +22,12 @@ from glance_rbd_native._native import (
     NoSpace,
     NotFound,
     RbdWriter,
+    native_digests,
 )
 
 LOG = logging.getLogger(__name__)
+
+NATIVE_DIGESTS = frozenset(native_digests())
 
 MAX_IN_FLIGHT_ENV = "GLANCE_RBD_NATIVE_MAX_IN_FLIGHT_MIB"
 
@@ -47,14 +51,17 @@ def max_in_flight():
 def add(self, image_id, image_file, image_size, hashing_algo, context=None,
         verifier=None):
     """Stores an image through ``RbdWriter``; see glance_store's ``Store.add``."""
-    os_hash_value = utils.get_hasher(hashing_algo, False)
-    checksum = utils.get_hasher('md5', False)
+    algorithms = ('md5', str(hashing_algo))
+    # Created even when native, so an unknown algorithm fails here as it does in stock.
+    hashers = {algo: utils.get_hasher(algo, False) for algo in algorithms}
+    python_hashers = [h for algo, h in hashers.items() if algo not in NATIVE_DIGESTS]
     image_name = str(image_id)
     order = int(math.log(self.WRITE_CHUNKSIZE, 2))
     LOG.debug('creating image %s with order %d and size %d',
               image_name, order, image_size)
 
-    writer = _open_writer(self, image_id, image_name, image_size, order)
+    native = [algo for algo in hashers if algo in NATIVE_DIGESTS]
+    writer = _open_writer(self, image_id, image_name, image_size, order, native)
     bytes_written = 0
     try:
         with writer:
@@ -66,8 +73,8 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
                           "bytes, got %(actual)d bytes") %
                         {'expected': image_size, 'actual': bytes_written})
                 writer.write(chunk)
-                os_hash_value.update(chunk)
-                checksum.update(chunk)
+                for hasher in python_hashers:
+                    hasher.update(chunk)
                 if verifier:
                     verifier.update(chunk)
             if image_size != 0 and bytes_written != image_size:
@@ -88,8 +95,10 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
                   {'img_name': image_name, 'store_exc': exc})
         raise
 
-    LOG.debug("stored image %s: %d bytes in %d resizes",
-              image_name, bytes_written, writer.resizes)
+    LOG.debug("stored image %s: %d bytes, %d resizes, trim %.3fs",
+              image_name, bytes_written, writer.resizes, writer.trim_seconds)
+    digests = {algo: h.hexdigest() for algo, h in hashers.items() if algo not in native}
+    digests.update(writer.hexdigests)
     loc = stock.StoreLocation({
         'fsid': writer.fsid,
         'pool': self.pool,
@@ -99,11 +108,11 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
     metadata = {}
     if self.backend_group:
         metadata['store'] = self.backend_group
-    return (loc.get_uri(), bytes_written, checksum.hexdigest(),
-            os_hash_value.hexdigest(), metadata)
+    return (loc.get_uri(), bytes_written, digests['md5'],
+            digests[algorithms[1]], metadata)
 
 
-def _open_writer(store, image_id, image_name, image_size, order):
+def _open_writer(store, image_id, image_name, image_size, order, digests):
     """Connects and creates the image, with the stock driver's exceptions for failures."""
     conf = store.store_conf
     timeout = conf.rados_connect_timeout
@@ -119,6 +128,7 @@ def _open_writer(store, image_id, image_name, image_size, order):
             snapshot=stock.DEFAULT_SNAPNAME,
             connect_timeout=timeout if timeout >= 0 else None,
             max_in_flight=max_in_flight(),
+            digests=digests,
         )
     except ImageExists:
         msg = _('RBD image %s already exists') % image_id

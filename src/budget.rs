@@ -1,0 +1,124 @@
+//! The memory bound of an upload: bytes of chunks still held by writes in flight or by digests
+//! not yet computed. A chunk counts until the last of its users lets go of it.
+
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+
+use crate::aio::{Buffer, POLL_INTERVAL, Poll};
+use crate::error::Result;
+
+pub struct Budget {
+    held: Mutex<usize>,
+    released: Condvar,
+    limit: usize,
+}
+
+/// A chunk counted against a budget until it is dropped.
+struct Tracked {
+    buffer: Buffer,
+    budget: Arc<Budget>,
+}
+
+impl AsRef<[u8]> for Tracked {
+    fn as_ref(&self) -> &[u8] {
+        (*self.buffer).as_ref()
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        let mut held = self
+            .budget
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *held -= (*self.buffer).as_ref().len();
+        self.budget.released.notify_all();
+    }
+}
+
+impl Budget {
+    pub fn new(limit: usize) -> Arc<Budget> {
+        Arc::new(Budget {
+            held: Mutex::new(0),
+            released: Condvar::new(),
+            limit: limit.max(1),
+        })
+    }
+
+    /// Counts `buffer` until every clone of the returned handle is dropped.
+    pub fn track(self: &Arc<Self>, buffer: Buffer) -> Buffer {
+        *self.held.lock().unwrap_or_else(PoisonError::into_inner) += (*buffer).as_ref().len();
+        Arc::new(Tracked {
+            buffer,
+            budget: Arc::clone(self),
+        })
+    }
+
+    pub fn held(&self) -> usize {
+        *self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `len` more bytes fit. A chunk larger than the limit fits once nothing is held.
+    pub fn fits(&self, len: usize) -> bool {
+        fits(self.held(), len, self.limit)
+    }
+
+    /// Waits until `len` more bytes fit, while only other threads can release (digests).
+    pub fn wait_until_fits(&self, len: usize, poll: Poll) -> Result<()> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        while !fits(*held, len, self.limit) {
+            let (guard, timeout) = self
+                .released
+                .wait_timeout(held, POLL_INTERVAL)
+                .unwrap_or_else(PoisonError::into_inner);
+            held = guard;
+            if timeout.timed_out() && !fits(*held, len, self.limit) {
+                drop(held);
+                poll()?;
+                held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn fits(held: usize, len: usize, limit: usize) -> bool {
+    held == 0 || held + len <= limit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_until_the_last_clone_is_dropped() {
+        let budget = Budget::new(10);
+        let chunk = budget.track(Arc::new(vec![1u8; 6]));
+        let clone = Arc::clone(&chunk);
+        assert_eq!(budget.held(), 6);
+        assert!(!budget.fits(5));
+        assert!(budget.fits(4));
+        drop(chunk);
+        assert_eq!(budget.held(), 6);
+        drop(clone);
+        assert_eq!(budget.held(), 0);
+    }
+
+    #[test]
+    fn oversized_chunk_fits_an_empty_budget() {
+        let budget = Budget::new(10);
+        assert!(budget.fits(100));
+        let _held = budget.track(Arc::new(vec![0u8; 1]));
+        assert!(!budget.fits(100));
+    }
+
+    #[test]
+    fn wait_returns_when_another_thread_releases() {
+        let budget = Budget::new(10);
+        let chunk = budget.track(Arc::new(vec![0u8; 8]));
+        let releaser = std::thread::spawn(move || drop(chunk));
+        budget.wait_until_fits(8, &mut || Ok(())).unwrap();
+        releaser.join().unwrap();
+        assert_eq!(budget.held(), 0);
+    }
+}
