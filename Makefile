@@ -37,6 +37,9 @@ build: deps ## Build the wheel and install it into the virtualenv, as an operato
 demo: build ## Boot a throwaway cluster; upload one image through the stock and native drivers
 	$(PY) benchmarks/demo.py
 
+bench: build ## Every performance target, side by side, medians of 3 rounds (about 10 min)
+	$(PY) benchmarks/bench.py
+
 test: build test-rust test-python ## Everything: cargo tests, then pytest on a throwaway cluster
 
 test-rust: deps

@@ -1,0 +1,281 @@
+"""`make bench`: every performance target, side by side in one run, on a throwaway cluster.
+
+Each measurement is a child process (benchmarks/upload.py, or the Ceph and coreutils tools), so
+CPU time, peak RSS and CEPH_ARGS belong to it alone. Every row runs ROUNDS times, interleaved,
+and reports medians. The table goes to stdout, everything measured to BENCH_JSON.
+
+    make bench                      # 1 GiB images, 3 rounds
+    BENCH_ROUNDS=5 BENCH_SIZE_MIB=512 make bench
+"""
+
+import json
+import os
+import pathlib
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+import numpy as np  # noqa: E402
+
+from cluster import Cluster  # noqa: E402
+from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT  # noqa: E402
+
+MiB = 1 << 20
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+SIZE = int(os.environ.get("BENCH_SIZE_MIB", "1024")) * MiB
+BIG = 4 * SIZE
+OUT = pathlib.Path(os.environ.get("BENCH_JSON", ".bench/results.json"))
+LATENCY = ("--ms_inject_delay_type osd --ms_inject_delay_probability 1 "
+           "--ms_inject_delay_max 0.02")
+CHUNK = 8 * MiB
+
+
+# -- data ------------------------------------------------------------------------------------
+
+def write_random(path, size, seed):
+    rng = np.random.default_rng(seed)
+    with open(path, "wb") as out:
+        for pos in range(0, size, 64 * MiB):
+            out.write(rng.integers(0, 256, min(64 * MiB, size - pos), dtype=np.uint8).tobytes())
+
+
+def write_sparse(path, size, seed, zero_fraction=0.75):
+    """Zero runs and data runs of varied length, some 4 KiB multiples and some not."""
+    rng = np.random.default_rng(seed)
+    buf = np.zeros(size, dtype=np.uint8)
+    pos = 0
+    while pos < size:
+        data_run = int(rng.integers(1, 64)) * 4096
+        if rng.random() < 0.5:
+            data_run += int(rng.integers(1, 4096))
+        zero_run = int(data_run * zero_fraction / (1 - zero_fraction) * rng.uniform(0.5, 1.5))
+        end = min(size, pos + data_run)
+        buf[pos:end] = rng.integers(1, 256, end - pos, dtype=np.uint8)
+        pos = end + zero_run
+    buf.tofile(path)
+    return float((buf == 0).mean())
+
+
+def write_half_zero_chunks(path, size, seed):
+    """Every other 8 MiB chunk all zero: the worst case of the stock driver's any(chunk)."""
+    rng = np.random.default_rng(seed)
+    with open(path, "wb") as out:
+        for index, pos in enumerate(range(0, size, CHUNK)):
+            n = min(CHUNK, size - pos)
+            out.write(bytes(n) if index % 2 else rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+
+
+# -- runners ---------------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, cluster, files):
+        self.cluster = cluster
+        self.files = files
+        self.results = {}
+
+    def env(self, latency=False):
+        env = dict(os.environ)
+        env.pop("GLANCE_RBD_NATIVE", None)
+        if latency:
+            env["CEPH_ARGS"] = LATENCY
+        return env
+
+    def allocated(self):
+        sock = self.cluster.root / "run" / "osd.0.asok"
+        out = subprocess.run(["ceph", "--admin-daemon", str(sock), "perf", "dump", "bluestore"],
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out)["bluestore"]["bluestore_allocated"]
+
+    def remove(self, name):
+        pool = self.cluster.pool
+        info = json.loads(self.cluster.rbd("snap", "ls", f"{pool}/{name}", "--format", "json"))
+        for snap in info:
+            if snap.get("protected") == "true":
+                self.cluster.rbd("snap", "unprotect", f"{pool}/{name}@{snap['name']}")
+        self.cluster.rbd("snap", "purge", f"{pool}/{name}")
+        self.cluster.rbd("rm", f"{pool}/{name}")
+
+    def upload(self, driver, file, *, unknown=False, thin=False, threads=1, gil=False,
+               latency=False):
+        cmd = [sys.executable, str(HERE / "upload.py"), "--conf", str(self.cluster.conf_path),
+               "--pool", self.cluster.pool, "--file", str(self.files[file]), "--driver", driver,
+               "--threads", str(threads), "--expect-md5", self.files[file + ":md5"]]
+        cmd += ["--unknown-size"] * unknown + ["--thin"] * thin + ["--gil-probe"] * gil
+        before = self.allocated()
+        probe = None
+        if gil:
+            # The same 1 ms sleeper in a separate process: how late the CPU alone makes it.
+            probe = subprocess.Popen([sys.executable, str(HERE / "sleeper.py")],
+                                     stdout=subprocess.PIPE, text=True)
+        out = subprocess.run(cmd, capture_output=True, text=True, env=self.env(latency),
+                             timeout=900)
+        if probe:
+            probe.terminate()
+            sleeper = json.loads(probe.communicate()[0] or "{}")
+        if out.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr}")
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        result["allocated"] = self.allocated() - before
+        if probe:
+            result["cpu_late_p999_ms"] = sleeper.get("p999_ms")
+        for name in result["images"]:
+            self.remove(name)
+        if not result["ok"]:
+            raise RuntimeError(f"{driver} upload of {file} went wrong: {result['errors']}")
+        return result
+
+    def rbd_import(self, file, *, sparse=False, hashes=False, latency=False):
+        name = f"import-{time.monotonic_ns()}"
+        cmd = ["rbd", "-c", str(self.cluster.conf_path), "import", "--object-size", "8M",
+               "--no-progress"]
+        cmd += ["--sparse-size", "4K"] if sparse else []
+        cmd += [str(self.files[file]), f"{self.cluster.pool}/{name}"]
+        before = self.allocated()
+        started = time.perf_counter()
+        procs = [subprocess.Popen(cmd, env=self.env(latency), stdout=subprocess.DEVNULL)]
+        if hashes:
+            procs += [subprocess.Popen([tool, str(self.files[file])], stdout=subprocess.DEVNULL)
+                      for tool in ("md5sum", "sha512sum")]
+        if any(p.wait(timeout=900) for p in procs):
+            raise RuntimeError(f"{' '.join(cmd)} failed")
+        seconds = time.perf_counter() - started
+        allocated = self.allocated() - before
+        self.cluster.rbd("rm", f"{self.cluster.pool}/{name}")
+        return {"seconds": seconds, "allocated": allocated}
+
+    def measure(self, key, run):
+        """Runs `run` ROUNDS times (callers interleave keys) and keeps every sample."""
+        self.results.setdefault(key, []).append(run())
+
+    def median(self, key, field="seconds"):
+        return statistics.median(r[field] for r in self.results[key])
+
+
+def run_rows(bench):
+    b = bench
+    for round_no in range(ROUNDS):
+        print(f"round {round_no + 1}/{ROUNDS}", flush=True)
+        b.measure("stock known", lambda: b.upload("stock", "random"))
+        b.measure("native known", lambda: b.upload("native", "random"))
+        b.measure("native unknown", lambda: b.upload("native", "random", unknown=True))
+        b.measure("stock unknown", lambda: b.upload("stock", "random", unknown=True))
+        b.measure("rbd import", lambda: b.rbd_import("random"))
+        b.measure("rbd import + md5sum + sha512sum", lambda: b.rbd_import("random", hashes=True))
+        b.measure("latency stock", lambda: b.upload("stock", "random", latency=True))
+        b.measure("latency native", lambda: b.upload("native", "random", latency=True))
+        b.measure("latency rbd import", lambda: b.rbd_import("random", latency=True))
+        b.measure("4 threads stock", lambda: b.upload("stock", "quarter", threads=4))
+        b.measure("4 threads native", lambda: b.upload("native", "quarter", threads=4))
+        b.measure("thin stock", lambda: b.upload("stock", "sparse", thin=True))
+        b.measure("thin native", lambda: b.upload("native", "sparse", thin=True))
+        b.measure("thin rbd import", lambda: b.rbd_import("sparse", sparse=True))
+        b.measure("gil native thin", lambda: b.upload("native", "halfzero", thin=True, gil=True))
+        b.measure("gil stock thin", lambda: b.upload("stock", "halfzero", thin=True, gil=True))
+        b.measure("gil native thick", lambda: b.upload("native", "halfzero", gil=True))
+        b.measure("gil stock thick", lambda: b.upload("stock", "halfzero", gil=True))
+        b.measure("native big unknown", lambda: b.upload("native", "big", unknown=True))
+
+
+def table(bench):
+    b = bench
+    m = b.median
+    gib = SIZE / (1 << 30)
+    rows = []
+
+    def row(case, measured, target, met):
+        rows.append({"case": case, "measured": measured, "target": target, "met": met})
+
+    known, stock = m("native known"), m("stock known")
+    c_tools = m("rbd import + md5sum + sha512sum")
+    row("local, known size",
+        f"native {known:.2f}s, stock {stock:.2f}s ({stock / known:.2f}x); rbd import {m('rbd import'):.2f}s; "
+        f"rbd import || md5sum || sha512sum {c_tools:.2f}s",
+        ">= 2x stock; <= C tools", stock / known >= 2 and known <= c_tools)
+    unknown = m("native unknown")
+    big = b.results["native big unknown"][0]
+    resizes = (f"; {BIG // MiB} MiB unknown-size: {big['resizes']} resizes, "
+               f"final trim {big['trim_seconds'] * 1000:.0f} ms")
+    row("local, unknown size",
+        f"native {unknown:.2f}s ({unknown / known:.2f}x known); stock {m('stock unknown'):.2f}s{resizes}",
+        "within 10% of known", unknown <= 1.1 * known)
+    lat_n, lat_s, lat_i = m("latency native"), m("latency stock"), m("latency rbd import")
+    row("latency model (20 ms)",
+        f"native {lat_n:.2f}s, stock {lat_s:.2f}s ({lat_s / lat_n:.2f}x); rbd import {lat_i:.2f}s "
+        f"({lat_n / lat_i:.2f}x)",
+        ">= 3.5x stock; <= 1.3x rbd import", lat_s / lat_n >= 3.5 and lat_n <= 1.3 * lat_i)
+    t_n = SIZE / MiB / m("4 threads native")
+    t_s = SIZE / MiB / m("4 threads stock")
+    row("4 uploads at once, one Store",
+        f"native {t_n:.0f} MiB/s, stock {t_s:.0f} MiB/s aggregate ({t_n / t_s:.2f}x)",
+        ">= 2x stock, all correct", t_n >= 2 * t_s)
+    alloc = {k: m(k, "allocated") / MiB for k in ("thin native", "thin stock", "thin rbd import")}
+    thin_n, thin_s = m("thin native"), m("thin stock")
+    row("thin, 75% zeros",
+        f"allocated: native {alloc['thin native']:.0f} MiB, rbd import --sparse-size 4K "
+        f"{alloc['thin rbd import']:.0f} MiB, stock {alloc['thin stock']:.0f} MiB; "
+        f"native {thin_n:.2f}s, stock {thin_s:.2f}s ({thin_s / thin_n:.2f}x)",
+        "<= rbd import allocation; >= 3x stock",
+        alloc["thin native"] <= alloc["thin rbd import"] and thin_s / thin_n >= 3)
+    cpu_n = m("native known", "cpu_seconds") / gib
+    cpu_s = m("stock known", "cpu_seconds") / gib
+    row("client CPU per GiB",
+        f"native {cpu_n:.2f}s, stock {cpu_s:.2f}s ({cpu_n / cpu_s:.2f}x)", "<= 1.1x stock",
+        cpu_n <= 1.1 * cpu_s)
+    growth = {k: m(k, "peak_rss_mib") - m(k, "baseline_rss_mib") for k in ("native known", "native big unknown")}
+    bound = DEFAULT_MAX_IN_FLIGHT // MiB
+    row("peak RSS over the process baseline",
+        f"native {growth['native known']:.0f} MiB ({SIZE // MiB} MiB image), "
+        f"{growth['native big unknown']:.0f} MiB ({BIG // MiB} MiB image); in-flight bound {bound} MiB",
+        "<= bound + 64 MiB, same for both sizes",
+        max(growth.values()) <= bound + 64 and abs(growth["native known"] - growth["native big unknown"]) < 16)
+    gil = {k: (m(k, "gil_late_p999_ms"), m(k, "cpu_late_p999_ms"))
+           for k in ("gil native thin", "gil stock thin", "gil native thick", "gil stock thick")}
+    row("1 ms sleeper lateness, p99.9 (in process / separate process)",
+        "; ".join(f"{k[4:]} {a:.1f} / {c:.1f} ms" for k, (a, c) in gil.items()),
+        "<= 10 ms during a native thin upload", gil["gil native thin"][0] <= 10)
+    return rows
+
+
+def main():
+    root = pathlib.Path(tempfile.mkdtemp(prefix="grn-bench-", dir="/tmp"))
+    try:
+        print(f"booting a throwaway cluster (mon + bluestore osd on a sparse file) in {root}",
+              flush=True)
+        with Cluster(root, osd_size_gib=3 * BIG // (1 << 30) + 4) as cluster:
+            files = {}
+            for name, size, make in (("random", SIZE, write_random),
+                                     ("quarter", SIZE // 4, write_random),
+                                     ("sparse", SIZE, write_sparse),
+                                     ("halfzero", SIZE, write_half_zero_chunks),
+                                     ("big", BIG, write_random)):
+                files[name] = root / f"{name}.raw"
+                make(files[name], size, seed=len(files))
+                files[name + ":md5"] = subprocess.run(
+                    ["md5sum", str(files[name])], capture_output=True, text=True,
+                    check=True).stdout.split()[0]
+            bench = Bench(cluster, files)
+            run_rows(bench)
+            rows = table(bench)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    machine = f"{os.cpu_count()} cores, {platform.machine()}, Ceph 16.2, bluestore on a file"
+    print(f"\n{ROUNDS} rounds, medians; {SIZE // MiB} MiB images; {machine}\n")
+    print("| case | measured | target | met |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['case']} | {r['measured']} | {r['target']} | {'yes' if r['met'] else 'no'} |")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps({"rounds": ROUNDS, "size": SIZE, "machine": machine, "rows": rows,
+                               "samples": bench.results}, indent=1))
+    print(f"\nall samples: {OUT}")
+
+
+if __name__ == "__main__":
+    main()

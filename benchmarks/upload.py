@@ -1,0 +1,152 @@
+"""One measured upload in a process of its own, so CPU time, peak RSS and CEPH_ARGS are its own.
+
+    python benchmarks/upload.py --conf C --pool P --file F --driver native|stock
+        [--unknown-size] [--thin] [--threads N] [--gil-probe]
+
+Prints one JSON object: wall seconds, client CPU seconds, peak and baseline RSS, digests,
+whether they match, the images it created (the caller removes them), and with --gil-probe the
+lateness of a thread that sleeps 1 ms in a loop.
+"""
+
+import argparse
+import io
+import json
+import logging
+import pathlib
+import resource
+import sys
+import threading
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+
+import glance_rbd_native  # noqa: E402
+from support import make_store, new_name  # noqa: E402
+
+
+class Cluster:
+    """Just what make_store needs."""
+
+    def __init__(self, conf, pool):
+        self.conf_path, self.pool = conf, pool
+
+
+def rss_mib():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class GilProbe(threading.Thread):
+    """Sleeps 1 ms in a loop and records how late each wake-up is: a thread waiting for the GIL
+    wakes late."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.late_ms = []
+        self._done = threading.Event()
+
+    def run(self):
+        while not self._done.is_set():
+            start = time.perf_counter()
+            time.sleep(0.001)
+            self.late_ms.append((time.perf_counter() - start - 0.001) * 1000)
+
+    def stop(self):
+        self._done.set()
+        self.join()
+
+    def percentile(self, q):
+        late = sorted(self.late_ms)
+        return late[min(len(late) - 1, int(q * len(late)))] if late else None
+
+
+class StoredSummary(logging.Handler):
+    """Picks up the native driver's debug line with the resize count and trim time."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.resizes = self.trim_seconds = None
+
+    def emit(self, record):
+        if record.msg.startswith("stored image"):
+            _, _, self.resizes, self.trim_seconds = record.args
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--conf", required=True)
+    parser.add_argument("--pool", required=True)
+    parser.add_argument("--file", required=True)
+    parser.add_argument("--driver", choices=("stock", "native"), required=True)
+    parser.add_argument("--unknown-size", action="store_true")
+    parser.add_argument("--thin", action="store_true")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--gil-probe", action="store_true")
+    parser.add_argument("--expect-md5")
+    args = parser.parse_args()
+
+    summary = StoredSummary()
+    if args.driver == "native":
+        glance_rbd_native.patch()
+        driver_log = logging.getLogger("glance_rbd_native.driver")
+        driver_log.setLevel(logging.DEBUG)
+        driver_log.addHandler(summary)
+    store = make_store(Cluster(args.conf, args.pool), thin=args.thin)
+    size = pathlib.Path(args.file).stat().st_size
+    names = [new_name(args.driver) for _ in range(args.threads)]
+    results, errors = [None] * args.threads, []
+
+    def upload(index):
+        try:
+            with open(args.file, "rb") as src:
+                results[index] = store.add(names[index], src, 0 if args.unknown_size else size,
+                                           "sha512")
+        except Exception as exc:  # reported in the JSON
+            errors.append(repr(exc))
+
+    # A first small upload loads and connects everything, so the baseline is a process ready
+    # to upload and the peak above it is what an upload costs.
+    warm_up = new_name("warm-up")
+    store.add(warm_up, io.BytesIO(bytes(range(256)) * 4096), 0, "sha512")
+    names.append(warm_up)
+    probe = GilProbe() if args.gil_probe else None
+    baseline = rss_mib()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    if probe:
+        probe.start()
+    started = time.perf_counter()
+    threads = [threading.Thread(target=upload, args=(i,)) for i in range(args.threads)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - started
+    if probe:
+        probe.stop()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+
+    md5 = args.expect_md5
+    ok = not errors and all(r and r[1] == size and (md5 is None or r[2] == md5) for r in results)
+
+    print(json.dumps({
+        "driver": args.driver,
+        "seconds": seconds,
+        "bytes": size * args.threads,
+        "cpu_seconds": (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime),
+        "peak_rss_mib": after.ru_maxrss / 1024,
+        "baseline_rss_mib": baseline,
+        "ok": ok,
+        "errors": errors,
+        "images": names,
+        "resizes": summary.resizes,
+        "trim_seconds": summary.trim_seconds,
+        "gil_late_p999_ms": probe.percentile(0.999) if probe else None,
+        "gil_late_max_ms": max(probe.late_ms) if probe and probe.late_ms else None,
+    }))
+
+
+if __name__ == "__main__":
+    main()
