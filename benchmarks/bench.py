@@ -125,8 +125,10 @@ class Bench:
         result["allocated"] = self.allocated() - before
         if probe:
             result["cpu_late_p999_ms"] = sleeper.get("p999_ms")
+        existing = set(self.cluster.images())
         for name in result["images"]:
-            self.remove(name)
+            if name in existing:
+                self.remove(name)
         if not result["ok"]:
             raise RuntimeError(f"{driver} upload of {file} went wrong: {result['errors']}")
         return result

@@ -138,18 +138,6 @@ fn hash_all(
     }
 }
 
-/// Bulk hashing yields the CPU to the threads of the process that serve requests: a niced
-/// thread still gets every idle cycle, but a waking request thread is scheduled first.
-fn lower_priority() {
-    // SAFETY: plain syscalls on the calling thread (Linux applies PRIO_PROCESS to one thread).
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, DIGEST_NICE);
-    }
-}
-
-const DIGEST_NICE: libc::c_int = 10;
-
 fn finished() -> Error {
     Error::Usage("the digests were already finished".into())
 }
