@@ -28,6 +28,25 @@ pub fn remove(ioctx: &IoCtx, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Removes an image and, first, its snapshot (unprotecting it). A snapshot that is not there
+/// or not protected is fine; an image that is not there is an error (ENOENT).
+pub fn remove_with_snapshot(ioctx: &Arc<IoCtx>, name: &str, snapshot: Option<&str>) -> Result<()> {
+    if let Some(snap) = snapshot {
+        let image = Image::open(Arc::clone(ioctx), name)?;
+        // EINVAL: never protected; ENOENT: never created. Both leave nothing to undo.
+        let _ = image.snap_unprotect(snap);
+        match image.snap_remove(snap) {
+            Err(crate::error::Error::Ceph {
+                errno: libc::ENOENT,
+                ..
+            })
+            | Ok(()) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    remove(ioctx, name)
+}
+
 /// An open image handle. Closing it releases the exclusive lock, so removal can follow.
 pub struct Image {
     handle: ffi::RbdImage,

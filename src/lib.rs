@@ -12,6 +12,7 @@ pub mod error;
 mod exceptions;
 mod ffi;
 pub mod image;
+mod janitor;
 pub mod upload;
 mod writer;
 pub mod zeros;

@@ -10,11 +10,15 @@ use crate::cluster::{Cluster, IoCtx};
 use crate::digest::Digests;
 use crate::error::{Error, Result, Target};
 use crate::image::{self, Image};
+use crate::janitor;
 use crate::zeros;
 
 /// Bytes an upload holds by default, in writes in flight and chunks still being hashed: eight
 /// 8 MiB chunks, enough to keep a small cluster busy.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64 << 20;
+
+/// librbd keeps sizes as signed 64-bit in places; larger sizes wrap instead of failing.
+const MAX_IMAGE_SIZE: u64 = i64::MAX as u64;
 
 /// librbd's `RBD_FEATURE_LAYERING`, used when the cluster sets no default features (as glance does).
 const FEATURE_LAYERING: u64 = 1;
@@ -70,12 +74,22 @@ pub struct Upload {
     written: u64,
     image_size: u64,
     snapshot_made: bool,
+    /// A wait was interrupted mid-write: the data may be partly written, so only abort is left.
+    interrupted: bool,
+    /// Abort hands removal to the janitor instead of trying at once (the cluster timed out).
+    remove_later: bool,
     summary: Summary,
 }
 
 impl Upload {
     /// Creates and opens the image. An image that already exists is left untouched.
     pub fn start(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {
+        if options.size > MAX_IMAGE_SIZE {
+            return Err(Error::Usage(format!(
+                "size {} is larger than any RBD image can be ({MAX_IMAGE_SIZE} bytes)",
+                options.size
+            )));
+        }
         if !(12..=25).contains(&options.order) {
             return Err(Error::Usage(format!(
                 "order must be between 12 (4 KiB objects) and 25 (32 MiB), got {}",
@@ -118,6 +132,8 @@ impl Upload {
             image: Some(image),
             written: 0,
             snapshot_made: false,
+            interrupted: false,
+            remove_later: false,
             summary: Summary::default(),
         })
     }
@@ -150,6 +166,7 @@ impl Upload {
     /// Appends `buffer` to the image. Returns once the bytes in flight are back under the bound.
     /// Any failure aborts the upload before it is returned.
     pub fn write(&mut self, buffer: Buffer, poll: Poll) -> Result<()> {
+        self.check_not_interrupted()?;
         let len = (*buffer).as_ref().len() as u64;
         let end = self.written + len;
         if self.options.size != 0 && end > self.options.size {
@@ -218,6 +235,7 @@ impl Upload {
     /// Waits for every write, flushes, trims an unknown-size image to the bytes written, then
     /// creates and protects the snapshot. Any failure aborts the upload before it is returned.
     pub fn finish(&mut self, poll: Poll) -> Result<Summary> {
+        self.check_not_interrupted()?;
         let result = self.finish_inner(poll);
         result.map_err(|err| self.fail(err))
     }
@@ -251,31 +269,56 @@ impl Upload {
     }
 
     /// Drains the writes in flight, then removes the snapshot and the image. Idempotent.
-    pub fn abort(&mut self) -> Result<()> {
-        let Some(image) = self.image.take() else {
+    /// An interrupted drain leaves the upload open with its writes still tracked, so buffers
+    /// outlive librbd's use of them; calling abort again picks up where it stopped.
+    pub fn abort(&mut self, poll: Poll) -> Result<()> {
+        let Some(image) = self.image.as_ref() else {
             return Ok(());
         };
-        // Uninterruptible: buffers must outlive librbd's use of them. librados timeouts bound it.
-        if let Err(err) = self.in_flight.drain(&image, &mut || Ok(())) {
-            log::debug!("write failed while aborting {}: {err}", self.target());
+        match self.in_flight.drain(image, poll) {
+            Err(Error::Interrupted) => return Err(Error::Interrupted),
+            Err(err) => log::debug!("write failed while aborting {}: {err}", self.target()),
+            Ok(()) => {}
         }
+        let image = self.image.take();
         self.digests.stop();
-        if self.snapshot_made {
-            if let Some(snap) = &self.options.snapshot {
-                // Unprotect fails with EINVAL when the snapshot was never protected: fine.
-                let _ = image.snap_unprotect(snap);
-                image.snap_remove(snap)?;
-            }
+        let snapshot = self
+            .options
+            .snapshot
+            .as_deref()
+            .filter(|_| self.snapshot_made);
+        let ioctx = Arc::clone(&self.ioctx);
+        let name = &self.options.image;
+        if self.remove_later {
+            // Closing would wait on the timed-out cluster as well: the janitor does both.
+            let reason = Error::Usage("the cluster timed out".into());
+            janitor::remove_later(image, ioctx, name, snapshot, &reason);
+            return Ok(());
         }
+        // Closed first: the exclusive lock goes with it, so removal can follow.
         drop(image);
-        image::remove(&self.ioctx, &self.options.image)?;
+        if let Err(err) = image::remove_with_snapshot(&ioctx, name, snapshot) {
+            janitor::remove_later(None, ioctx, name, snapshot, &err);
+            return Err(err);
+        }
         log::info!("removed partial image {}", self.target());
         Ok(())
     }
 
-    /// Aborts after `err`, keeping `err` as what the caller sees.
+    /// Aborts after `err`, keeping `err` as what the caller sees. An interrupted wait is not a
+    /// failure of the upload: it stays open, and the caller aborts it (or goes on).
     fn fail(&mut self, err: Error) -> Error {
-        if let Err(cleanup) = self.abort() {
+        if matches!(err, Error::Interrupted) {
+            self.interrupted = true;
+            return err;
+        }
+        // A timed-out cluster would time out the removal too (several round trips): leave it to
+        // the janitor, so the caller hears of the failure after one timeout, not five.
+        if err.errno() == Some(libc::ETIMEDOUT) {
+            self.remove_later = true;
+        }
+        // Uninterruptible here: librados' timeouts bound the wait for the writes in flight.
+        if let Err(cleanup) = self.abort(&mut || Ok(())) {
             log::error!(
                 "could not remove {} after a failure: {cleanup}",
                 self.target()
@@ -285,11 +328,23 @@ impl Upload {
     }
 }
 
+impl Upload {
+    fn check_not_interrupted(&self) -> Result<()> {
+        if self.interrupted && self.is_open() {
+            return Err(Error::Usage(format!(
+                "the upload to {} was interrupted and may be partly written: abort it",
+                self.target()
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Upload {
     /// An upload dropped while open was never finished: remove what it wrote.
     fn drop(&mut self) {
         if self.is_open() {
-            if let Err(err) = self.abort() {
+            if let Err(err) = self.abort(&mut || Ok(())) {
                 log::error!("could not remove unfinished {}: {err}", self.target());
             }
         }

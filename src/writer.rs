@@ -93,9 +93,10 @@ impl RbdWriter {
             .map(|summary: Summary| summary.bytes_written)
     }
 
-    /// Drains the writes in flight and removes the snapshot and image. Safe to call twice.
+    /// Drains the writes in flight and removes the snapshot and image. Safe to call twice; a
+    /// signal (Ctrl-C) interrupts the wait, and calling abort again resumes it.
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
-        self.run(py, |upload, _| upload.abort())
+        self.run(py, |upload, poll| upload.abort(poll))
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -227,7 +228,7 @@ impl Drop for RbdWriter {
         if upload.is_open() {
             Python::try_attach(|py| {
                 py.detach(|| {
-                    if let Err(err) = upload.abort() {
+                    if let Err(err) = upload.abort(&mut || Ok(())) {
                         log::error!("could not remove unfinished {}: {err}", upload.target());
                     }
                 })

@@ -1,0 +1,103 @@
+//! Removing partial images that could not be removed at once (the cluster was down, a timeout):
+//! one background thread closes them if still open, then retries each removal, with backoff,
+//! until it goes through.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::cluster::IoCtx;
+use crate::error::{Error, Target};
+use crate::image::{self, Image};
+
+const FIRST_RETRY: Duration = Duration::from_secs(2);
+const LAST_RETRY: Duration = Duration::from_secs(60);
+
+struct Leftover {
+    /// Still open: closing releases the exclusive lock, which waits on the cluster too.
+    open: Option<Image>,
+    ioctx: Arc<IoCtx>,
+    image: String,
+    snapshot: Option<String>,
+    next_try: Instant,
+    delay: Duration,
+}
+
+static QUEUE: OnceLock<Mutex<Sender<Leftover>>> = OnceLock::new();
+
+/// Queues `image` for removal in the background, closing `open` first if given.
+pub fn remove_later(
+    open: Option<Image>,
+    ioctx: Arc<IoCtx>,
+    image: &str,
+    snapshot: Option<&str>,
+    first_error: &Error,
+) {
+    log::warn!(
+        "could not remove {} ({first_error}); retrying in the background",
+        Target::image(ioctx.pool(), image)
+    );
+    let queue = QUEUE.get_or_init(|| {
+        let (sender, receiver) = channel();
+        std::thread::Builder::new()
+            .name("rbd-janitor".into())
+            .spawn(move || run(receiver))
+            .expect("spawning the janitor thread");
+        Mutex::new(sender)
+    });
+    let leftover = Leftover {
+        open,
+        ioctx,
+        image: image.to_owned(),
+        snapshot: snapshot.map(str::to_owned),
+        next_try: Instant::now() + FIRST_RETRY,
+        delay: FIRST_RETRY,
+    };
+    let _ = queue
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .send(leftover);
+}
+
+fn run(queue: Receiver<Leftover>) {
+    let mut pending: Vec<Leftover> = Vec::new();
+    loop {
+        let wait = pending
+            .iter()
+            .map(|l| l.next_try.saturating_duration_since(Instant::now()))
+            .min()
+            .unwrap_or(LAST_RETRY);
+        match queue.recv_timeout(wait) {
+            Ok(mut leftover) => {
+                drop(leftover.open.take());
+                pending.push(leftover);
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let now = Instant::now();
+        pending.retain_mut(|leftover| {
+            if leftover.next_try > now {
+                return true;
+            }
+            let target = Target::image(leftover.ioctx.pool(), &leftover.image);
+            let snapshot = leftover.snapshot.as_deref();
+            match image::remove_with_snapshot(&leftover.ioctx, &leftover.image, snapshot) {
+                Ok(()) => {
+                    log::info!("removed partial image {target} after an earlier failure");
+                    false
+                }
+                Err(Error::Ceph {
+                    errno: libc::ENOENT,
+                    ..
+                }) => false,
+                Err(err) => {
+                    log::debug!("still cannot remove {target}: {err}");
+                    leftover.delay = (leftover.delay * 2).min(LAST_RETRY);
+                    leftover.next_try = Instant::now() + leftover.delay;
+                    true
+                }
+            }
+        });
+    }
+}

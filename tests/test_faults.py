@@ -1,0 +1,207 @@
+"""Faults and load on the real cluster: a stopped OSD, interrupts, many uploads at once."""
+
+import errno
+import io
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import glance_rbd_native
+from glance_rbd_native import RbdWriter
+from support import MiB, data_of, expected_result, make_store, new_name
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def osd_stopped(cluster):
+    """Stops the OSD for the test body; it is always back afterwards."""
+    def stop():
+        cluster.stop_osd()
+
+    yield stop
+    cluster.start_osd()
+
+
+def interrupt_main_thread_after(seconds):
+    timer = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def test_ctrl_c_interrupts_a_stuck_write_and_abort_cleans_up(cluster, clean_pool, osd_stopped):
+    name = new_name()
+    writer = RbdWriter(cluster.pool, name, conffile=str(cluster.conf_path), user="admin",
+                       order=20, max_in_flight=MiB)
+    writer.write(data_of(MiB))
+    osd_stopped()
+    interrupt_main_thread_after(0.5)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(8):  # the second write waits for room that never comes
+            writer.write(data_of(MiB))
+    assert time.monotonic() - started < 0.5 + 1.0
+    with pytest.raises(ValueError, match="interrupted"):
+        writer.write(b"more")
+    cluster.start_osd()
+    writer.abort()
+    assert writer.closed
+    assert name not in clean_pool.names()
+
+
+def test_sixteen_concurrent_unknown_size_uploads_through_one_store(cluster, clean_pool):
+    glance_rbd_native.patch()
+    store = make_store(cluster, chunk_mib=1)
+    payloads = {new_name(f"c{i}"): data_of(2 * MiB + i * 4097, seed=i) for i in range(16)}
+    results, errors = {}, []
+
+    def upload(name, data):
+        try:
+            results[name] = store.add(name, io.BytesIO(data), 0, "sha512")
+        except Exception as exc:  # asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=upload, args=item) for item in payloads.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors
+    for name, data in payloads.items():
+        assert results[name][1:4] == expected_result(data)
+        assert clean_pool.read(name) == data
+        clean_pool.remove(name)
+
+
+def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def rss_kib():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+@pytest.mark.load
+def test_back_to_back_uploads_keep_memory_fds_and_connections_flat(cluster, clean_pool):
+    glance_rbd_native.patch()
+    data = data_of(256 * 1024)
+
+    # One Store: building a ConfigOpts per upload would measure oslo.config, not this code.
+    store = make_store(cluster, chunk_mib=1)
+
+    def one_upload():
+        name = new_name("loop")
+        store.add(name, io.BytesIO(data), len(data), "sha512")
+        clean_pool.remove(name)
+
+    for _ in range(20):  # warm up: connection, allocator pools
+        one_upload()
+    fds, rss, connections = open_fds(), rss_kib(), glance_rbd_native.connection_count()
+    for _ in range(300):
+        one_upload()
+    assert open_fds() <= fds + 2
+    assert rss_kib() - rss < 16 * 1024, f"RSS grew by {(rss_kib() - rss) // 1024} MiB"
+    assert glance_rbd_native.connection_count() == connections
+
+
+class StopsOsdAfter:
+    """A source that stops the OSD once `after` bytes have been read: the cluster goes away
+    mid-upload."""
+
+    def __init__(self, cluster, data, after):
+        self._cluster, self._stream, self._after = cluster, io.BytesIO(data), after
+        self.stopped = False
+
+    def read(self, size=-1):
+        if not self.stopped and self._stream.tell() >= self._after:
+            self._cluster.stop_osd()
+            self.stopped = time.monotonic()
+        return self._stream.read(size)
+
+
+def wait_until(predicate, timeout, interval=0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
+        cluster, clean_pool, osd_stopped):
+    glance_rbd_native.patch()
+    name = new_name("osd-down")
+    timeout = 5
+    store = make_store(cluster, chunk_mib=1, timeout=timeout)
+    source = StopsOsdAfter(cluster, data_of(16 * MiB), after=4 * MiB)
+    with pytest.raises(glance_rbd_native.RbdError) as raised:
+        store.add(name, source, 0, "sha512")
+    assert source.stopped
+    elapsed = time.monotonic() - source.stopped
+    assert raised.value.errno == errno.ETIMEDOUT
+    # The writes in flight time out together (the first one waits for the OSD to be marked
+    # down); closing and removal are left to the background: a bound, not a hang.
+    assert elapsed < 3 * timeout, f"{elapsed:.1f}s"
+    cluster.start_osd()
+    assert wait_until(lambda: name not in clean_pool.names(), timeout=90), \
+        "the partial image was not removed once the OSD was back"
+
+
+@pytest.fixture
+def full_osd(cluster):
+    """Marks the OSD full by lowering the full ratios below its usage; restores them after."""
+    def set_ratios(nearfull, backfillfull, full):
+        cluster.ceph("osd", "set-nearfull-ratio", str(nearfull))
+        cluster.ceph("osd", "set-backfillfull-ratio", str(backfillfull))
+        cluster.ceph("osd", "set-full-ratio", str(full))
+
+    def is_full():
+        osds = json.loads(cluster.ceph("osd", "dump", "--format", "json"))["osds"]
+        return "full" in osds[0]["state"]
+
+    def fill():
+        set_ratios(0.00001, 0.00002, 0.00003)
+        assert wait_until(is_full, timeout=60), "the OSD was not marked full"
+
+    yield fill
+    set_ratios(0.85, 0.90, 0.95)
+    assert wait_until(lambda: not is_full(), timeout=60)
+
+
+@pytest.mark.parametrize("timeout", [10, -1], ids=["timeout", "no-timeout"])
+def test_full_osd_is_storage_full_at_once(cluster, clean_pool, full_osd, timeout):
+    """librbd blocks on a full cluster; the native writer sets full-try, so writes fail with
+    ENOSPC and the partial image can still be removed, with or without a timeout."""
+    from glance_store import exceptions
+
+    glance_rbd_native.patch()
+    full_osd()
+    name = new_name("full")
+    store = make_store(cluster, chunk_mib=1, timeout=timeout)
+    started = time.monotonic()
+    with pytest.raises(exceptions.StorageFull):
+        store.add(name, io.BytesIO(data_of(4 * MiB)), 0, "sha512")
+    assert time.monotonic() - started < 10
+    assert name not in clean_pool.names()
+
+
+def test_bad_keyring_is_a_clear_error_within_the_timeout(cluster, clean_pool, tmp_path):
+    from glance_store import exceptions
+
+    keyring = tmp_path / "bad.keyring"
+    keyring.write_text("[client.admin]\n\tkey = AQBvaGVsbG8gd29ybGQhISEhISEhISEhISE=\n")
+    conf = tmp_path / "ceph.conf"
+    conf.write_text(cluster.conf_path.read_text().replace(
+        f"keyring = {cluster.root}/ceph.client.admin.keyring", f"keyring = {keyring}"))
+    glance_rbd_native.patch()
+    store = make_store(cluster, chunk_mib=1, timeout=5, conf_file=conf)
+    started = time.monotonic()
+    with pytest.raises(exceptions.BackendException, match="cannot connect"):
+        store.add(new_name(), io.BytesIO(b"x"), 1, "sha512")
+    assert time.monotonic() - started < 10
