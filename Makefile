@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Debian's interpreter: the only one that sees Debian's rados and rbd modules, like glance hosts.
 SYSTEM_PYTHON := /usr/bin/python3
 APT_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev \
-	python3-rbd python3-rados python3-venv python3-dev gcc pkg-config libssl-dev
+	python3-rbd python3-rados python3-venv python3-dev gcc pkg-config libssl-dev valgrind
 PIP_PACKAGES := maturin "pytest>=7" "hypothesis>=6" glance-store==5.7.0 numpy
 
 .PHONY: help deps build demo test test-rust test-python bench lint clean
@@ -44,6 +44,8 @@ test: build test-rust test-python ## Everything: cargo tests, then pytest on a t
 
 test-rust: deps
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo test --quiet
+	# The valgrind test in pytest drives this program against the throwaway cluster.
+	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo build --quiet --example lifecycle
 
 test-python: build
 	$(PY) -m pytest -q
