@@ -305,8 +305,18 @@ impl Upload {
         Ok(())
     }
 
+    fn check_not_interrupted(&self) -> Result<()> {
+        if self.interrupted && self.is_open() {
+            return Err(Error::Usage(format!(
+                "the upload to {} was interrupted and may be partly written: abort it",
+                self.target()
+            )));
+        }
+        Ok(())
+    }
+
     /// Aborts after `err`, keeping `err` as what the caller sees. An interrupted wait is not a
-    /// failure of the upload: it stays open, and the caller aborts it (or goes on).
+    /// failure of the upload: it stays open (refusing more data), and the caller aborts it.
     fn fail(&mut self, err: Error) -> Error {
         if matches!(err, Error::Interrupted) {
             self.interrupted = true;
@@ -325,18 +335,6 @@ impl Upload {
             );
         }
         err
-    }
-}
-
-impl Upload {
-    fn check_not_interrupted(&self) -> Result<()> {
-        if self.interrupted && self.is_open() {
-            return Err(Error::Usage(format!(
-                "the upload to {} was interrupted and may be partly written: abort it",
-                self.target()
-            )));
-        }
-        Ok(())
     }
 }
 
