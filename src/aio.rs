@@ -202,22 +202,31 @@ impl Drop for InFlight {
 }
 
 fn wait(slot: &Slot, poll: Poll) -> Result<isize> {
-    let mut result = slot.result.lock().unwrap_or_else(PoisonError::into_inner);
-    loop {
-        if let Some(ret) = *result {
-            return Ok(ret);
-        }
-        let (guard, timeout) = slot
-            .done
-            .wait_timeout(result, POLL_INTERVAL)
+    let result = wait_until(&slot.result, &slot.done, Option::is_some, poll)?;
+    Ok(result.expect("waited for it"))
+}
+
+/// Waits on `signal` until `ready(value)` holds, calling `poll` every `POLL_INTERVAL` with the
+/// lock released; `poll`'s error ends the wait. The one blocking wait of this crate.
+pub fn wait_until<T: Copy>(
+    value: &Mutex<T>,
+    signal: &Condvar,
+    ready: impl Fn(&T) -> bool,
+    poll: Poll,
+) -> Result<T> {
+    let mut guard = value.lock().unwrap_or_else(PoisonError::into_inner);
+    while !ready(&guard) {
+        let (next, timeout) = signal
+            .wait_timeout(guard, POLL_INTERVAL)
             .unwrap_or_else(PoisonError::into_inner);
-        result = guard;
-        if timeout.timed_out() && result.is_none() {
-            drop(result);
+        guard = next;
+        if timeout.timed_out() && !ready(&guard) {
+            drop(guard);
             poll()?;
-            result = slot.result.lock().unwrap_or_else(PoisonError::into_inner);
+            guard = value.lock().unwrap_or_else(PoisonError::into_inner);
         }
     }
+    Ok(*guard)
 }
 
 fn release(completion: ffi::RbdCompletion) {

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
-use crate::aio::{Buffer, POLL_INTERVAL, Poll};
+use crate::aio::{Buffer, Poll, wait_until};
 use crate::error::Result;
 
 pub struct Budget {
@@ -65,20 +65,8 @@ impl Budget {
 
     /// Waits until `len` more bytes fit, while only other threads can release (digests).
     pub fn wait_until_fits(&self, len: usize, poll: Poll) -> Result<()> {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        while !fits(*held, len, self.limit) {
-            let (guard, timeout) = self
-                .released
-                .wait_timeout(held, POLL_INTERVAL)
-                .unwrap_or_else(PoisonError::into_inner);
-            held = guard;
-            if timeout.timed_out() && !fits(*held, len, self.limit) {
-                drop(held);
-                poll()?;
-                held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            }
-        }
-        Ok(())
+        let fitting = |held: &usize| fits(*held, len, self.limit);
+        wait_until(&self.held, &self.released, fitting, poll).map(drop)
     }
 }
 
