@@ -84,11 +84,7 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
                     'expected': image_size, 'actual': bytes_written})
             # Leaving the block finishes the writer: drain, trim, snapshot.
     except NoSpace as exc:
-        log_msg = (_LE("Failed to store image %(img_name)s "
-                       "insufficient space available") %
-                   {'img_name': image_name})
-        LOG.error("%s: %s", log_msg, exc)
-        raise exceptions.StorageFull(message=log_msg)
+        raise _storage_full(image_name, exc)
     except Exception as exc:
         LOG.error(_LE("Failed to store image %(img_name)s "
                       "Store Exception %(store_exc)s"),
@@ -134,10 +130,7 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
         msg = _('RBD image %s already exists') % image_id
         raise exceptions.Duplicate(message=msg)
     except NoSpace as exc:
-        log_msg = (_LE("Failed to store image %(img_name)s "
-                       "insufficient space available") % {'img_name': image_name})
-        LOG.error("%s: %s", log_msg, exc)
-        raise exceptions.StorageFull(message=log_msg)
+        raise _storage_full(image_name, exc)
     except ConnectError as exc:
         if store.backend_group and len(store.conf.enabled_backends) > 1:
             reason = _("Error in store configuration: %s") % exc
@@ -150,3 +143,11 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
         # Stock lets rados.ObjectNotFound escape for a missing pool; name the pool instead.
         LOG.error("%s", exc)
         raise exceptions.BackendException(str(exc))
+
+
+def _storage_full(image_name, exc):
+    """The stock driver's StorageFull for an upload that ran out of space, logged as stock does."""
+    log_msg = (_LE("Failed to store image %(img_name)s "
+                   "insufficient space available") % {'img_name': image_name})
+    LOG.error("%s: %s", log_msg, exc)
+    return exceptions.StorageFull(message=log_msg)
