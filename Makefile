@@ -7,8 +7,13 @@ PY := $(VENV)/bin/python
 # Debian's interpreter: the only one that sees Debian's rados and rbd modules, like glance hosts.
 SYSTEM_PYTHON := /usr/bin/python3
 APT_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev \
-	python3-rbd python3-rados python3-venv python3-dev gcc pkg-config libssl-dev valgrind
+	python3-rbd python3-rados python3-venv python3-dev gcc pkg-config libssl-dev valgrind \
+	mariadb-server-core
 PIP_PACKAGES := maturin "pytest>=7" "hypothesis>=6" glance-store==5.7.0 numpy
+# The end-to-end layer: a real glance-api (WSGI app served by gunicorn, catalogue in MariaDB) and
+# a real client. pip's cryptography breaks Debian's pyOpenSSL in a --system-site-packages venv;
+# a newer pyOpenSSL fixes it.
+E2E_PACKAGES := glance==33.0.0 gunicorn python-glanceclient PyMySQL "pyOpenSSL>=24"
 
 .PHONY: help deps build demo test test-rust test-python bench lint clean
 
@@ -26,7 +31,7 @@ $(VENV)/.deps: Makefile
 	command -v cargo >/dev/null || { echo "cargo (Rust) is required: https://rustup.rs" >&2; exit 1; }
 	[ -x $(PY) ] || $(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(PIP_PACKAGES)
+	$(PY) -m pip install -q $(PIP_PACKAGES) $(E2E_PACKAGES)
 	touch $@
 
 build: deps ## Build the wheel and install it into the virtualenv, as an operator would

@@ -84,7 +84,7 @@ fn run(queue: Receiver<Leftover>) {
             let snapshot = leftover.snapshot.as_deref();
             match image::remove_with_snapshot(&leftover.ioctx, &leftover.image, snapshot) {
                 Ok(()) => {
-                    log::info!("removed partial image {target} after an earlier failure");
+                    log::info!("removed partial {target} after an earlier failure");
                     false
                 }
                 Err(Error::Ceph {

@@ -301,7 +301,7 @@ impl Upload {
             janitor::remove_later(None, ioctx, name, snapshot, &err);
             return Err(err);
         }
-        log::info!("removed partial image {}", self.target());
+        log::info!("removed partial {}", self.target());
         Ok(())
     }
 

@@ -1,0 +1,189 @@
+"""End to end: real glance-api processes, switched to the native writer by GLANCE_RBD_NATIVE=1
+alone (or left stock), serving real client uploads into the throwaway cluster."""
+
+import hashlib
+import io
+import socket
+import struct
+import threading
+import time
+
+import pytest
+import glanceclient
+
+from glance_api import BACKEND
+from support import SNAP, MiB, data_of
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.e2e,
+    # glanceclient's HTTP layer still imports cgi (Python 3.11 warns, 3.13 removed it).
+    pytest.mark.filterwarnings("ignore:'cgi' is deprecated:DeprecationWarning"),
+]
+
+# Not a multiple of the 8 MiB chunk: the last read is short.
+SIZE = 20 * MiB + 12345
+
+CLIENTS = ("glanceclient, size given", "glanceclient, no size", "http, content-length",
+           "http, chunked")
+
+
+def glance_client(api):
+    # No keystone: any token passes the unauthenticated pipeline.
+    return glanceclient.Client(endpoint=f"{api.url}/v2", token="unused")
+
+
+def upload(api, image_id, data, client):
+    """Uploads `data` the way `client` does; returns the HTTP status."""
+    if client.startswith("glanceclient"):
+        glance = glance_client(api)
+        size = len(data) if client.endswith("size given") else None
+        # glanceclient streams a file object with chunked transfer encoding.
+        resp, _ = glance.images.upload(image_id, io.BytesIO(data), image_size=size,
+                                       backend=BACKEND if api.multistore else None)
+        return resp.status_code
+    if client == "http, content-length":
+        return api.upload(image_id, io.BytesIO(data), size=len(data))[0]
+    # Pieces of odd sizes, so the server's reads straddle the client's chunks.
+    pieces = (data[i:i + 3 * MiB + 7] for i in range(0, len(data), 3 * MiB + 7))
+    return api.upload(image_id, pieces)[0]
+
+
+def assert_stored(api, cluster, image_id, data):
+    """Active with glance's size and digests of `data`, the same bytes back, and the log naming
+    the writer that stored it."""
+    image = api.image(image_id)
+    assert image["status"] == "active"
+    assert image["size"] == len(data)
+    assert image["checksum"] == hashlib.md5(data).hexdigest()
+    assert image["os_hash_algo"] == "sha512"
+    assert image["os_hash_value"] == hashlib.sha512(data).hexdigest()
+    if api.multistore:
+        assert image["stores"] == BACKEND
+    assert b"".join(glance_client(api).images.data(image_id)) == data
+    assert image_id in cluster.images()
+    assert SNAP in cluster.rbd("snap", "ls", f"{cluster.pool}/{image_id}")
+    native_line = f"stored image {image_id} with the native writer"
+    assert (native_line in api.log()) == api.native
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_upload(api, client, cluster, clean_pool):
+    data = data_of(SIZE, seed=len(client))
+    image_id = api.create_image(f"e2e {client}")
+    try:
+        assert upload(api, image_id, data, client) == 204
+        assert_stored(api, cluster, image_id, data)
+    finally:
+        api.delete(image_id)
+    assert image_id not in cluster.images()
+
+
+def test_switch_decides_the_driver(native_api, stock_api):
+    """The environment variable alone switches: no other difference in configuration."""
+    active = "the native RBD writer is active for glance_store"
+    assert active in native_api.log()
+    assert active not in stock_api.log()
+
+    def config(api):
+        text = (api.root / "etc/glance-api.conf").read_text()
+        return text.replace(api.database, "DATABASE").replace(str(api.root), "ROOT")
+
+    assert config(native_api) == config(stock_api)
+
+
+@pytest.mark.parametrize("server", ["native", "stock"])
+def test_four_clients_at_once(server, native_api, stock_api, cluster, clean_pool):
+    api = native_api if server == "native" else stock_api
+    sources = [data_of(SIZE + i, seed=100 + i) for i in range(4)]
+    ids = [api.create_image(f"e2e concurrent {i}") for i in range(4)]
+    statuses = [None] * 4
+    start = threading.Barrier(4)
+
+    def run(i):
+        start.wait()
+        statuses[i] = upload(api, ids[i], sources[i], CLIENTS[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    try:
+        assert statuses == [204] * 4
+        for image_id, data in zip(ids, sources):
+            assert_stored(api, cluster, image_id, data)
+    finally:
+        for image_id in ids:
+            api.delete(image_id)
+
+
+def wait_status(api, image_id, wanted, timeout=60):
+    deadline = time.monotonic() + timeout
+    while (status := api.image(image_id)["status"]) not in wanted:
+        assert time.monotonic() < deadline, f"image {image_id} still {status} after {timeout}s"
+        time.sleep(0.1)
+    return status
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+@pytest.mark.parametrize("server", ["native", "stock"])
+def test_client_disconnects_mid_upload(server, chunked, native_api, stock_api, cluster,
+                                       clean_pool):
+    """The client sends half of the image and vanishes: glance puts the image back to queued,
+    as with the stock driver, and no rbd image is left."""
+    api = native_api if server == "native" else stock_api
+    data = data_of(SIZE, seed=7)
+    image_id = api.create_image("e2e disconnect")
+    half = data[:len(data) // 2]
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(data)}"
+    sock = socket.create_connection(("127.0.0.1", api.port))
+    try:
+        sock.sendall(f"PUT /v2/images/{image_id}/file HTTP/1.1\r\nHost: glance\r\n"
+                     f"Content-Type: application/octet-stream\r\n{framing}\r\n\r\n".encode())
+        sock.sendall(b"%x\r\n%s\r\n" % (len(half), half) if chunked else half)
+        wait_status(api, image_id, {"saving"})
+        # A reset, not a clean close: the client is gone, not done.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    finally:
+        sock.close()
+    try:
+        assert wait_status(api, image_id, {"queued", "active", "killed"}) == "queued"
+        assert image_id not in cluster.images()
+        if api.native:
+            assert f"removed partial image '{image_id}' in pool '{cluster.pool}'" in api.log()
+    finally:
+        api.delete(image_id)
+
+
+@pytest.fixture
+def full_pool(cluster):
+    """A pool over its quota (quotas need the mgr's pool statistics); deleted afterwards."""
+    cluster.start_mgr()
+    pool = "e2e-quota"
+    cluster.create_pool(pool)
+    try:
+        cluster.ceph("osd", "pool", "set-quota", pool, "max_bytes", str(4 * MiB))
+        cluster.rbd("create", "--size", "16M", f"{pool}/filler")
+        cluster.rbd("bench", "--io-type", "write", "--io-total", "8M", f"{pool}/filler")
+        cluster.wait_pool_full(pool)
+        yield pool
+    finally:
+        cluster.delete_pool(pool)
+
+
+# Stock blocks on a full pool until its op timeout (forever without one), so it gets one here.
+@pytest.mark.parametrize("server, timeout, answer", [("native", None, 413), ("stock", 5, 500)])
+def test_pool_over_quota(server, timeout, answer, full_pool, new_glance_api, cluster):
+    """Native: 413 (StorageFull) at once; stock: 500 once its op timeout passes. Either way the
+    image goes back to queued and nothing is left in the pool."""
+    with new_glance_api(f"quota-{server}", native=server == "native", pool=full_pool,
+                        timeout=timeout) as api:
+        image_id = api.create_image("e2e quota")
+        status, body = api.upload(image_id, io.BytesIO(data_of(SIZE)), size=SIZE)
+        assert status == answer, body
+        assert api.image(image_id)["status"] == "queued"
+        assert cluster.images(full_pool) == ["filler"]
+        if api.native:
+            assert f"Failed to store image {image_id} insufficient space available" in api.log()
+        api.delete(image_id)
