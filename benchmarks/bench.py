@@ -1,13 +1,15 @@
 """`make bench`: every performance target, side by side in one run, on a throwaway cluster.
 
 Each measurement is a child process (benchmarks/upload.py, or the Ceph and coreutils tools), so
-CPU time, peak RSS and CEPH_ARGS belong to it alone. Every row runs ROUNDS times, interleaved,
+CPU time, peak RSS and CEPH_ARGS belong to it alone. The glance-api rows PUT the image from this
+process to two glance-api servers (tests/glance_api.py) that differ only in GLANCE_RBD_NATIVE. Every row runs ROUNDS times, interleaved,
 and reports medians. The table goes to stdout, everything measured to BENCH_JSON.
 
     make bench                      # 1 GiB images, 3 rounds
     BENCH_ROUNDS=5 BENCH_SIZE_MIB=512 make bench
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -25,6 +27,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import numpy as np  # noqa: E402
 
 from cluster import Cluster  # noqa: E402
+from glance_api import GlanceApi  # noqa: E402
+from mariadb import MariaDB  # noqa: E402
 from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT  # noqa: E402
 
 MiB = 1 << 20
@@ -75,9 +79,10 @@ def write_half_zero_chunks(path, size, seed):
 # -- runners ---------------------------------------------------------------------------------
 
 class Bench:
-    def __init__(self, cluster, files):
+    def __init__(self, cluster, files, servers):
         self.cluster = cluster
         self.files = files
+        self.servers = servers  # "native"/"stock" -> a running GlanceApi
         self.results = {}
 
     def env(self, latency=False):
@@ -133,6 +138,26 @@ class Bench:
             raise RuntimeError(f"{driver} upload of {file} went wrong: {result['errors']}")
         return result
 
+    def through_api(self, server, file, *, chunked=False):
+        """One upload through glance-api, from this process: wall time of the PUT."""
+        api = self.servers[server]
+        path = self.files[file]
+        image_id = api.create_image(f"bench {file}")
+        try:
+            with open(path, "rb") as f:
+                body = iter(lambda: f.read(CHUNK), b"") if chunked else f
+                started = time.perf_counter()
+                status, out = api.upload(image_id, body,
+                                         size=None if chunked else path.stat().st_size)
+                seconds = time.perf_counter() - started
+            image = api.image(image_id)
+        finally:
+            api.delete(image_id)
+        if status != 204 or image["checksum"] != self.files[file + ":md5"]:
+            raise RuntimeError(f"upload through {server} glance-api went wrong: {status} "
+                               f"{out[:300]!r} {image['status']} {image['checksum']}")
+        return {"seconds": seconds}
+
     def rbd_import(self, file, *, sparse=False, hashes=False, latency=False):
         name = f"import-{time.monotonic_ns()}"
         cmd = ["rbd", "-c", str(self.cluster.conf_path), "import", "--object-size", "8M",
@@ -183,6 +208,10 @@ def run_rows(bench):
         b.measure("gil native thick", lambda: b.upload("native", "halfzero", gil=True))
         b.measure("gil stock thick", lambda: b.upload("stock", "halfzero", gil=True))
         b.measure("native big unknown", lambda: b.upload("native", "big", unknown=True))
+        b.measure("api stock", lambda: b.through_api("stock", "random"))
+        b.measure("api native", lambda: b.through_api("native", "random"))
+        b.measure("api native chunked", lambda: b.through_api("native", "random", chunked=True))
+        b.measure("api stock chunked", lambda: b.through_api("stock", "random", chunked=True))
 
 
 def table(bench):
@@ -242,6 +271,13 @@ def table(bench):
     row("1 ms sleeper lateness, p99.9 (in process / separate process)",
         "; ".join(f"{k[4:]} {a:.1f} / {c:.1f} ms" for k, (a, c) in gil.items()),
         "<= 10 ms during a native thin upload", gil["gil native thin"][0] <= 10)
+    api = {k: m(k) for k in ("api native", "api stock", "api native chunked", "api stock chunked")}
+    row("through glance-api (gunicorn, one gthread worker), client on the same host",
+        f"Content-Length: native {api['api native']:.2f}s, stock {api['api stock']:.2f}s "
+        f"({api['api stock'] / api['api native']:.2f}x); chunked: native "
+        f"{api['api native chunked']:.2f}s, stock {api['api stock chunked']:.2f}s "
+        f"({api['api stock chunked'] / api['api native chunked']:.2f}x)",
+        "reported", None)
     return rows
 
 
@@ -262,8 +298,14 @@ def main():
                 files[name + ":md5"] = subprocess.run(
                     ["md5sum", str(files[name])], capture_output=True, text=True,
                     check=True).stdout.split()[0]
-            bench = Bench(cluster, files)
-            run_rows(bench)
+            with contextlib.ExitStack() as stack:
+                db = stack.enter_context(MariaDB(root / "mariadb"))
+                servers = {name: stack.enter_context(GlanceApi(
+                    root / f"glance-{name}", cluster.conf_path,
+                    db.create_database(f"glance_{name}"), native=name == "native"))
+                    for name in ("native", "stock")}
+                bench = Bench(cluster, files, servers)
+                run_rows(bench)
             rows = table(bench)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -272,7 +314,8 @@ def main():
     print(f"\n{ROUNDS} rounds, medians; {SIZE // MiB} MiB images; {machine}\n")
     print("| case | measured | target | met |\n|---|---|---|---|")
     for r in rows:
-        print(f"| {r['case']} | {r['measured']} | {r['target']} | {'yes' if r['met'] else 'no'} |")
+        met = "-" if r["met"] is None else "yes" if r["met"] else "no"
+        print(f"| {r['case']} | {r['measured']} | {r['target']} | {met} |")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"rounds": ROUNDS, "size": SIZE, "machine": machine, "rows": rows,
                                "samples": bench.results}, indent=1))

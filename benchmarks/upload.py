@@ -66,7 +66,7 @@ class GilProbe(threading.Thread):
 
 
 class StoredSummary(logging.Handler):
-    """Picks up the native driver's debug line with the resize count and trim time."""
+    """Picks up the native driver's line per upload, which ends with resizes and trim time."""
 
     def __init__(self):
         super().__init__(logging.DEBUG)
@@ -74,7 +74,7 @@ class StoredSummary(logging.Handler):
 
     def emit(self, record):
         if record.msg.startswith("stored image"):
-            _, _, self.resizes, self.trim_seconds = record.args
+            self.resizes, self.trim_seconds = record.args[-2:]
 
 
 def main():
