@@ -8,6 +8,7 @@ turned on the way operators do it, by GLANCE_RBD_NATIVE=1 in the server's enviro
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import http.client
 import json
@@ -79,6 +80,7 @@ class GlanceApi:
         cmd = [BIN / "gunicorn", "--bind", f"127.0.0.1:{self.port}", "--workers", "1",
                "--worker-class", "gthread", "--threads", str(self.threads), "--no-control-socket",
                "--timeout", "600", "--graceful-timeout", "10", "glance.wsgi.api:application"]
+        atexit.register(self.stop)  # don't leak the server if the caller dies first
         with open(self.root / "gunicorn.log", "ab") as out:
             # Its own session: the test's Ctrl-C does not reach it, and stop() kills the group.
             self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,

@@ -7,6 +7,7 @@ upgrade to a write lock). Production glance runs on MySQL/MariaDB, and so does t
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import pathlib
 import socket
@@ -30,6 +31,7 @@ class MariaDB:
                f"--socket={self.socket}", "--skip-networking", "--skip-grant-tables",
                "--user=root", f"--log-error={self.root / 'mariadb.log'}",
                "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M"]
+        atexit.register(self.stop)  # don't leak the server if the caller dies first
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
