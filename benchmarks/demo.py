@@ -6,14 +6,22 @@ driver and through the native writer, on a throwaway Ceph cluster.
 """
 
 import hashlib
+import logging
 import os
 import pathlib
 import shutil
 import sys
 import tempfile
 import time
+import warnings
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+# futurist, which comes with glance, imports eventlet, and eventlet warns that it is deprecated.
+warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
+# The drivers' warnings (stock warns on every unknown-size upload), with where they come from.
+logging.basicConfig(format="  %(levelname)s %(name)s: %(message)s")
+# stevedore tries every store glance knows of; cinder's needs os_brick, which this host lacks.
+logging.getLogger("stevedore").setLevel(logging.CRITICAL)
 
 import numpy as np  # noqa: E402
 
