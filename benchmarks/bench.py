@@ -2,8 +2,8 @@
 
 Each measurement is a child process (benchmarks/upload.py, or the Ceph and coreutils tools), so
 CPU time, peak RSS and CEPH_ARGS belong to it alone. The glance-api rows PUT the image from this
-process to two glance-api servers (tests/glance_api.py) that differ only in GLANCE_RBD_NATIVE. Every row runs ROUNDS times, interleaved,
-and reports medians. The table goes to stdout, everything measured to BENCH_JSON.
+process to two glance-api servers (tests/glance_api.py) that differ only in GLANCE_RBD_NATIVE.
+Every row runs ROUNDS times, interleaved, and reports medians. The table goes to stdout, everything measured to BENCH_JSON.
 
     make bench                      # 1 GiB images, 3 rounds
     BENCH_ROUNDS=5 BENCH_SIZE_MIB=512 make bench

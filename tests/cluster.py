@@ -39,7 +39,8 @@ def _keyring(name: str, key: str, **caps: str) -> str:
     return "".join([f"[{name}]\n\tkey = {key}\n", *(f'\tcaps {k} = "{v}"\n' for k, v in caps.items())])
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback TCP port nobody listens on (for the mon, and for glance-api)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -72,7 +73,7 @@ class Cluster:
         t0 = time.monotonic()
         for d in ("log", "run", "crash", "mon/a", "osd/0", "mgr/x"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
-        self.port = self.port or _free_port()
+        self.port = self.port or free_port()
         atexit.register(self.stop)  # don't leak daemons if the caller dies before stop()
         try:
             self._boot()
@@ -254,6 +255,21 @@ admin socket = {r}/run/$name.$pid.asok
 
     def delete_pool(self, name: str) -> None:
         self.ceph("osd", "pool", "delete", name, name, "--yes-i-really-really-mean-it")
+
+    @contextlib.contextmanager
+    def pool_over_quota(self, name: str):
+        """A new pool `name` flagged full: a 4 MiB quota and 8 MiB written to its image `filler`.
+        Starts the mgr (quotas need its pool statistics); deletes the pool afterwards."""
+        self.start_mgr()
+        self.create_pool(name)
+        try:
+            self.ceph("osd", "pool", "set-quota", name, "max_bytes", str(4 << 20))
+            self.rbd("create", "--size", "16M", f"{name}/filler")
+            self.rbd("bench", "--io-type", "write", "--io-total", "8M", f"{name}/filler")
+            self.wait_pool_full(name)
+            yield name
+        finally:
+            self.delete_pool(name)
 
     def wait_pool_full(self, name: str, timeout: float = 60) -> None:
         """Waits for the mon to flag a pool over its quota (needs the mgr's pool statistics)."""

@@ -15,12 +15,12 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
 import time
-import urllib.parse
+
+from cluster import free_port
 
 BIN = pathlib.Path(sys.executable).parent
 PASTE_INI = pathlib.Path(sysconfig.get_path("data")) / "etc/glance/glance-api-paste.ini"
@@ -29,12 +29,6 @@ BACKEND = "ceph1"  # the store name of the multi-store configuration
 
 class GlanceApiError(RuntimeError):
     pass
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class GlanceApi:
@@ -56,7 +50,7 @@ class GlanceApi:
         self.pool = pool
         self.timeout = timeout
         self.threads = threads
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.root / "glance-api.log"
         self._proc: subprocess.Popen | None = None
@@ -206,6 +200,6 @@ config_file = {PASTE_INI}
         return json.loads(out)
 
     def delete(self, image_id: str) -> None:
-        status, out = self.request("DELETE", f"/v2/images/{urllib.parse.quote(image_id)}")
+        status, out = self.request("DELETE", f"/v2/images/{image_id}")
         if status not in (204, 404):
             raise GlanceApiError(f"DELETE image {image_id}: {status} {out[:500]!r}")

@@ -121,19 +121,10 @@ def test_unknown_user_is_a_backend_error(cluster, clean_pool):
 def test_pool_over_quota_is_storage_full(cluster, clean_pool):
     """A pool quota needs a ceph-mgr; once the pool is flagged full, add gives StorageFull
     (stock blocks until its op timeout, then raises rbd.Timeout) and removes its image."""
-    cluster.start_mgr()
-    pool = "quota"
-    cluster.create_pool(pool)
-    try:
-        cluster.ceph("osd", "pool", "set-quota", pool, "max_bytes", str(4 * MiB))
-        cluster.rbd("create", "--size", "16M", f"{pool}/filler")
-        cluster.rbd("bench", "--io-type", "write", "--io-total", "8M", f"{pool}/filler")
-        cluster.wait_pool_full(pool)
+    with cluster.pool_over_quota("quota") as pool:
         name = new_name()
         store = make_store(cluster, chunk_mib=1, pool=pool, timeout=20)
         with pytest.raises(exceptions.StorageFull):
             store.add(name, io.BytesIO(data_of(4 * MiB)), 0, "sha512")
         assert name not in cluster.images(pool)
-    finally:
-        cluster.delete_pool(pool)
     assert glance_rbd_native.is_patched()

@@ -100,8 +100,8 @@ def test_switch_decides_the_driver(native_api, stock_api):
 
 
 @pytest.mark.parametrize("server", ["native", "stock"])
-def test_four_clients_at_once(server, native_api, stock_api, cluster, clean_pool):
-    api = native_api if server == "native" else stock_api
+def test_four_clients_at_once(server, glance_servers, cluster, clean_pool):
+    api = glance_servers(server)
     sources = [data_of(SIZE + i, seed=100 + i) for i in range(4)]
     ids = [api.create_image(f"e2e concurrent {i}") for i in range(4)]
     statuses = [None] * 4
@@ -135,11 +135,10 @@ def wait_status(api, image_id, wanted, timeout=60):
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 @pytest.mark.parametrize("server", ["native", "stock"])
-def test_client_disconnects_mid_upload(server, chunked, native_api, stock_api, cluster,
-                                       clean_pool):
+def test_client_disconnects_mid_upload(server, chunked, glance_servers, cluster, clean_pool):
     """The client sends half of the image and vanishes: glance puts the image back to queued,
     as with the stock driver, and no rbd image is left."""
-    api = native_api if server == "native" else stock_api
+    api = glance_servers(server)
     data = data_of(SIZE, seed=7)
     image_id = api.create_image("e2e disconnect")
     half = data[:len(data) // 2]
@@ -165,18 +164,8 @@ def test_client_disconnects_mid_upload(server, chunked, native_api, stock_api, c
 
 @pytest.fixture
 def full_pool(cluster):
-    """A pool over its quota (quotas need the mgr's pool statistics); deleted afterwards."""
-    cluster.start_mgr()
-    pool = "e2e-quota"
-    cluster.create_pool(pool)
-    try:
-        cluster.ceph("osd", "pool", "set-quota", pool, "max_bytes", str(4 * MiB))
-        cluster.rbd("create", "--size", "16M", f"{pool}/filler")
-        cluster.rbd("bench", "--io-type", "write", "--io-total", "8M", f"{pool}/filler")
-        cluster.wait_pool_full(pool)
+    with cluster.pool_over_quota("e2e-quota") as pool:
         yield pool
-    finally:
-        cluster.delete_pool(pool)
 
 
 # Stock blocks on a full pool until its op timeout (forever without one), so it gets one here.
