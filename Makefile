@@ -9,13 +9,13 @@ SYSTEM_PYTHON := /usr/bin/python3
 APT_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev \
 	python3-rbd python3-rados python3-venv python3-dev gcc pkg-config libssl-dev valgrind \
 	mariadb-server-core
-PIP_PACKAGES := maturin "pytest>=7" "hypothesis>=6" glance-store==5.7.0 numpy
+PIP_PACKAGES := maturin "pytest>=7" "hypothesis>=6" glance-store==5.7.0 numpy vermin
 # The end-to-end layer: a real glance-api (WSGI app served by gunicorn, catalogue in MariaDB) and
 # a real client. pip's cryptography breaks Debian's pyOpenSSL in a --system-site-packages venv;
 # a newer pyOpenSSL fixes it.
 E2E_PACKAGES := glance==33.0.0 gunicorn python-glanceclient PyMySQL "pyOpenSSL>=24"
 
-.PHONY: help deps build demo test test-rust test-python bench lint clean
+.PHONY: help deps build demo test test-rust test-python check-py39 bench lint clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -45,7 +45,7 @@ demo: build ## Boot a throwaway cluster; upload one image through the stock and 
 bench: build ## Every performance target, side by side, medians of 3 rounds (about 10 min)
 	$(PY) benchmarks/bench.py
 
-test: build test-rust test-python ## Everything: cargo tests, then pytest on a throwaway cluster
+test: build check-py39 test-rust test-python ## Everything: cargo tests, then pytest on a throwaway cluster (every glance_store release)
 
 test-rust: deps
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo test --quiet
@@ -55,9 +55,13 @@ test-rust: deps
 test-python: build
 	$(PY) -m pytest -q
 
-lint: deps ## rustfmt, clippy with warnings as errors
+# RDO on EL9 runs glance on Python 3.9: the pure-Python package must stay 3.9-compatible.
+check-py39: deps
+	$(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.9- python/
+
+lint: check-py39 ## rustfmt, clippy with warnings as errors, Python 3.9 compatibility
 	cargo fmt --check
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo clippy --all-targets -- -D warnings
 
-clean: ## Remove build outputs and the virtualenv
-	rm -rf target $(VENV) python/glance_rbd_native/*.so
+clean: ## Remove build outputs and the virtualenvs
+	rm -rf target $(VENV) .venv-matrix python/glance_rbd_native/*.so

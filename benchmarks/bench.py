@@ -26,9 +26,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 import numpy as np  # noqa: E402
 
-from cluster import Cluster  # noqa: E402
-from glance_api import GlanceApi  # noqa: E402
-from mariadb import MariaDB  # noqa: E402
+from harness.cluster import Cluster  # noqa: E402
+from harness.glance_api import GlanceApi  # noqa: E402
+from harness.mariadb import MariaDB  # noqa: E402
 from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT  # noqa: E402
 
 MiB = 1 << 20

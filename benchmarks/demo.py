@@ -26,7 +26,7 @@ logging.getLogger("stevedore").setLevel(logging.CRITICAL)
 import numpy as np  # noqa: E402
 
 import glance_rbd_native  # noqa: E402
-from cluster import Cluster  # noqa: E402
+from harness.cluster import Cluster  # noqa: E402
 from support import MiB, make_store, new_name  # noqa: E402
 
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 use std::ptr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use ceph::rados;
 
@@ -34,25 +34,114 @@ unsafe impl Send for Cluster {}
 // SAFETY: as above, concurrent calls on one rados_t are supported by librados.
 unsafe impl Sync for Cluster {}
 
-static SHARED: Mutex<Option<HashMap<ConnectOptions, Arc<Cluster>>>> = Mutex::new(None);
+/// One entry per connection settings: connected, or being connected by one caller.
+enum Entry {
+    Ready(Arc<Cluster>),
+    Connecting(Arc<Attempt>),
+}
 
-impl Cluster {
-    /// The connected cluster for these settings, connecting on first use.
-    pub fn shared(options: &ConnectOptions) -> Result<Arc<Cluster>> {
-        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-        let shared = shared.get_or_insert_with(HashMap::new);
-        if let Some(cluster) = shared.get(options) {
-            return Ok(Arc::clone(cluster));
+/// A connect in progress. Callers with the same settings wait for its outcome rather than start
+/// their own; callers with other settings never wait for it, so a backend whose monitors do not
+/// answer holds up only its own uploads, each for one librados timeout at most.
+#[derive(Default)]
+struct Attempt {
+    outcome: Mutex<Option<Result<Arc<Cluster>>>>,
+    done: Condvar,
+}
+
+impl Attempt {
+    fn wait(&self) -> Result<Arc<Cluster>> {
+        let mut outcome = lock(&self.outcome);
+        loop {
+            if let Some(outcome) = outcome.as_ref() {
+                return outcome.clone();
+            }
+            outcome = self
+                .done
+                .wait(outcome)
+                .unwrap_or_else(PoisonError::into_inner);
         }
-        let cluster = Arc::new(Cluster::connect(options)?);
-        shared.insert(options.clone(), Arc::clone(&cluster));
-        Ok(cluster)
     }
 
-    /// Number of cached connections, for tests of connection reuse.
+    fn publish(&self, outcome: Result<Arc<Cluster>>) {
+        *lock(&self.outcome) = Some(outcome);
+        self.done.notify_all();
+    }
+}
+
+/// Publishes the connecting caller's outcome, and clears the entry, even if it unwinds.
+struct Publish<'a> {
+    options: &'a ConnectOptions,
+    attempt: Arc<Attempt>,
+    outcome: Option<Result<Arc<Cluster>>>,
+}
+
+impl Drop for Publish<'_> {
+    fn drop(&mut self) {
+        let outcome = self.outcome.take().unwrap_or_else(|| {
+            Err(Error::Usage(
+                "connecting to the Ceph cluster panicked".into(),
+            ))
+        });
+        {
+            let mut shared = lock(&SHARED);
+            let shared = shared.get_or_insert_with(HashMap::new);
+            match &outcome {
+                Ok(cluster) => {
+                    shared.insert(self.options.clone(), Entry::Ready(Arc::clone(cluster)));
+                }
+                // Not cached: the next upload tries again, the cluster may be back.
+                Err(_) => {
+                    shared.remove(self.options);
+                }
+            }
+        }
+        self.attempt.publish(outcome);
+    }
+}
+
+static SHARED: Mutex<Option<HashMap<ConnectOptions, Entry>>> = Mutex::new(None);
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Cluster {
+    /// The connected cluster for these settings, connecting on first use. The cache lock is
+    /// never held while connecting.
+    pub fn shared(options: &ConnectOptions) -> Result<Arc<Cluster>> {
+        let mut guard = lock(&SHARED);
+        let shared = guard.get_or_insert_with(HashMap::new);
+        match shared.get(options) {
+            Some(Entry::Ready(cluster)) => return Ok(Arc::clone(cluster)),
+            Some(Entry::Connecting(attempt)) => {
+                let attempt = Arc::clone(attempt);
+                drop(guard);
+                return attempt.wait();
+            }
+            None => {}
+        }
+        let attempt = Arc::new(Attempt::default());
+        shared.insert(options.clone(), Entry::Connecting(Arc::clone(&attempt)));
+        drop(guard);
+        let mut publish = Publish {
+            options,
+            attempt,
+            outcome: None,
+        };
+        let outcome = Cluster::connect(options).map(Arc::new);
+        publish.outcome = Some(outcome.clone());
+        outcome
+    }
+
+    /// Number of connected clusters cached, for tests of connection reuse.
     pub fn shared_count() -> usize {
-        let shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
-        shared.as_ref().map_or(0, HashMap::len)
+        lock(&SHARED).as_ref().map_or(0, |shared| {
+            shared
+                .values()
+                .filter(|entry| matches!(entry, Entry::Ready(_)))
+                .count()
+        })
     }
 
     /// Connects as the `rados` Python binding does for glance: read the conf file, apply

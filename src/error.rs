@@ -4,7 +4,7 @@ use std::fmt;
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// A librbd or librados call failed; `target` names the pool and image.
     #[error("{op} failed for {target}: {} (errno {errno})", strerror(*errno))]

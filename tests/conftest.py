@@ -1,6 +1,6 @@
 """One throwaway Ceph cluster per test session, and the fixtures built on it.
 
-Set GLANCE_RBD_TEST_CLUSTER=DIR to reuse a cluster started with `tests/cluster.py up DIR`.
+Set GLANCE_RBD_TEST_CLUSTER=DIR to reuse a cluster started with `tests/harness/cluster.py up DIR`.
 """
 
 import os
@@ -11,7 +11,7 @@ import tempfile
 import pytest
 
 import glance_rbd_native
-from cluster import Cluster
+from harness.cluster import Cluster
 from support import Images
 
 

@@ -19,8 +19,11 @@ SNAP = rbd_driver.DEFAULT_SNAPNAME
 
 
 def make_store(cluster, *, chunk_mib=8, thin=False, backend=None, timeout=-1, pool=None,
-               user="admin", conf_file=None):
-    """A configured glance_store rbd Store on `cluster`, single-store or in a multi-store set-up."""
+               user="admin", conf_file=None, defaults=()):
+    """A configured glance_store rbd Store on `cluster`, single-store or in a multi-store set-up.
+
+    Options named in `defaults` go to [backend_defaults] (glance_store 5.2 on) instead of the
+    backend's own group."""
     conf = cfg.ConfigOpts()
     conf(args=[])
     options = dict(
@@ -40,8 +43,10 @@ def make_store(cluster, *, chunk_mib=8, thin=False, backend=None, timeout=-1, po
     else:
         glance_store.backend.register_opts(conf)
         group = "glance_store"
+    if defaults:
+        conf.register_opts(rbd_driver.Store.OPTIONS, group="backend_defaults")
     for key, value in options.items():
-        conf.set_override(key, value, group=group)
+        conf.set_override(key, value, group="backend_defaults" if key in defaults else group)
     store = rbd_driver.Store(conf, backend=backend)
     store.configure()
     return store

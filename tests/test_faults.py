@@ -4,6 +4,7 @@ import errno
 import io
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -12,6 +13,7 @@ import pytest
 
 import glance_rbd_native
 from glance_rbd_native import RbdWriter
+from harness.cluster import free_port
 from support import MiB, data_of, expected_result, make_store, new_name
 
 pytestmark = pytest.mark.cluster
@@ -205,3 +207,49 @@ def test_bad_keyring_is_a_clear_error_within_the_timeout(cluster, clean_pool, tm
     with pytest.raises(exceptions.BackendException, match="cannot connect"):
         store.add(new_name(), io.BytesIO(b"x"), 1, "sha512")
     assert time.monotonic() - started < 10
+
+
+def test_a_dead_backend_fails_on_its_own_while_others_upload(cluster, clean_pool, tmp_path):
+    """A backend whose monitor does not answer holds up its own uploads for librados' mount
+    timeout, all of them together, and nobody else's: uploads to a live backend go on."""
+    from glance_store import exceptions
+
+    mount_timeout = 10
+    dead_conf = tmp_path / "dead.conf"
+    dead_conf.write_text(re.sub(
+        r"mon host = .*",
+        f"mon host = v2:127.0.0.1:{free_port()}\nclient mount timeout = {mount_timeout}",
+        cluster.conf_path.read_text()))
+    glance_rbd_native.patch()
+    dead = make_store(cluster, chunk_mib=1, conf_file=dead_conf)
+    live = make_store(cluster, chunk_mib=1, backend="ceph1")
+    failures = []
+
+    def upload_to_dead():
+        started = time.monotonic()
+        try:
+            dead.add(new_name("dead"), io.BytesIO(b"x"), 1, "sha512")
+        except exceptions.BackendException as exc:
+            failures.append((exc, time.monotonic() - started))
+
+    stuck = [threading.Thread(target=upload_to_dead) for _ in range(2)]
+    for thread in stuck:
+        thread.start()
+    time.sleep(1)  # both are waiting on the dead monitor now
+    data = data_of(4 * MiB)
+    for _ in range(3):
+        name = new_name("live")
+        assert live.add(name, io.BytesIO(data), len(data), "sha512")[1:4] == \
+            expected_result(data)
+        assert clean_pool.read(name) == data
+        clean_pool.remove(name)
+    assert all(thread.is_alive() for thread in stuck), \
+        "the dead backend gave up before the live uploads were done: nothing was shown"
+    for thread in stuck:
+        thread.join(timeout=3 * mount_timeout)
+    assert not any(thread.is_alive() for thread in stuck)
+    assert len(failures) == 2
+    for exc, elapsed in failures:
+        assert "cannot connect" in str(exc)
+        # One connect, shared by both: neither waited for the other's timeout too.
+        assert mount_timeout - 1 < elapsed < mount_timeout + 5, f"{elapsed:.1f}s"

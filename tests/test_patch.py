@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 import glance_rbd_native
-from glance_rbd_native import driver, patching
+from glance_rbd_native import driver
 from glance_store import capabilities, driver as store_driver
 from glance_store._drivers import rbd
 
@@ -39,15 +39,6 @@ def test_patched_add_keeps_the_stock_wrappers():
     assert add.__code__ is stock_add.__code__
     assert add.__code__ is store_driver.back_compat_add(driver.add).__code__
     assert add.__wrapped__.__code__ is capabilities.check(driver.add).__code__
-
-
-def test_unsupported_version_keeps_stock_driver(monkeypatch, caplog):
-    monkeypatch.setattr(patching, "glance_store_version", lambda: "4.1.0")
-    with caplog.at_level(logging.WARNING):
-        assert not glance_rbd_native.patch()
-    assert not glance_rbd_native.is_patched()
-    assert "keeping the stock rbd driver" in caplog.text
-    assert glance_rbd_native.patch(force=True)
 
 
 def test_in_flight_setting(monkeypatch, caplog):

@@ -1,7 +1,8 @@
-"""Where the stock driver fails (glance-store 5.7.0), the native one succeeds.
+"""Where the installed stock driver fails, the native one succeeds.
 
-Each test first shows the stock failure on the real cluster, then checks the native upload's
-bytes against the source.
+Each test first shows the stock failure on the real cluster (as that glance_store release has
+it, see stock_versions), then checks the native upload's bytes against the source. Where a
+release has fixed the bug, the test checks that stock and native agree instead.
 """
 
 import hashlib
@@ -9,8 +10,10 @@ import io
 import threading
 
 import pytest
+import rbd
 
 import glance_rbd_native
+import stock_versions
 from glance_store import exceptions
 from support import MiB, chunks_of, data_of, expected_result, make_store, new_name
 
@@ -82,8 +85,14 @@ def test_iterator_chunk_larger_than_headroom(cluster, clean_pool):
     pieces = [1, 10 * MiB]
 
     store = make_store(cluster, chunk_mib=1)
-    with pytest.raises(exceptions.Invalid, match="exceeded the expected size"):
-        store.add(new_name("stock"), chunks_of(data, pieces), 0, "sha512")
+    name = new_name("stock")
+    if stock_versions.CHECKS_SIZES:
+        failure = pytest.raises(exceptions.Invalid, match="exceeded the expected size")
+    else:
+        failure = pytest.raises(rbd.IncompleteWriteError)
+    with failure:
+        store.add(name, chunks_of(data, pieces), 0, "sha512")
+    assert name not in clean_pool.names()
 
     glance_rbd_native.patch()
     name = new_name("native")
@@ -92,3 +101,89 @@ def test_iterator_chunk_larger_than_headroom(cluster, clean_pool):
     assert clean_pool.read(name) == data
     assert clean_pool.info(name)["size"] == len(data)
     clean_pool.remove(name)
+
+
+def test_first_chunk_larger_than_the_step(cluster, clean_pool):
+    """Bug 1916482 (4.1 to 4.6.1): stock grows the image by one step before doubling it, so a
+    first chunk over one step long (glance 25 under uWSGI hands over a little more than 8 MiB)
+    fails. Later releases store it, as native does on every release."""
+    data = data_of(3 * MiB)
+    pieces = [MiB + MiB // 2, MiB]
+
+    name = new_name("stock")
+    store = make_store(cluster, chunk_mib=1)
+    if stock_versions.RESIZES_BEFORE_DOUBLING:
+        with pytest.raises(rbd.IncompleteWriteError):
+            store.add(name, chunks_of(data, pieces), 0, "sha512")
+        assert name not in clean_pool.names()
+    else:
+        assert store.add(name, chunks_of(data, pieces), 0, "sha512")[1:4] == expected_result(data)
+        assert clean_pool.read(name) == data
+        clean_pool.remove(name)
+
+    glance_rbd_native.patch()
+    name = new_name("native")
+    result = make_store(cluster, chunk_mib=1).add(name, chunks_of(data, pieces), 0, "sha512")
+    assert result[1:4] == expected_result(data)
+    assert clean_pool.read(name) == data
+    clean_pool.remove(name)
+
+
+def test_short_upload_is_refused_not_padded(cluster, clean_pool):
+    """4.x stores fewer bytes than declared as an image of the declared size, zero-padded, under
+    the checksum of the bytes received. 5.2 and later refuse it; native refuses it everywhere."""
+    data, declared = data_of(MiB + 5), 3 * MiB
+
+    name = new_name("stock")
+    store = make_store(cluster, chunk_mib=1)
+    if stock_versions.CHECKS_SIZES:
+        with pytest.raises(exceptions.Invalid, match="Size mismatch"):
+            store.add(name, io.BytesIO(data), declared, "sha512")
+        assert name not in clean_pool.names()
+    else:
+        result = store.add(name, io.BytesIO(data), declared, "sha512")
+        stored = clean_pool.read(name)
+        assert result[1:3] == (declared, hashlib.md5(data).hexdigest())
+        assert stored == data + bytes(declared - len(data))
+        assert hashlib.md5(stored).hexdigest() != result[2]
+        clean_pool.remove(name)
+
+    glance_rbd_native.patch()
+    name = new_name("native")
+    with pytest.raises(exceptions.Invalid, match=f"Size mismatch: expected {declared} bytes, "
+                                                 f"got {len(data)} bytes"):
+        make_store(cluster, chunk_mib=1).add(name, io.BytesIO(data), declared, "sha512")
+    assert name not in clean_pool.names()
+
+
+@pytest.mark.parametrize("thin", [False, True], ids=["thick", "thin"])
+def test_oversized_upload_is_refused_clearly(cluster, clean_pool, thin):
+    """More bytes than declared: 4.x fails with librbd's raw error, or, when thin provisioning
+    skips the extra all-zero chunk, stores the declared size under the checksum of every byte
+    sent. 5.2 and later refuse it with Invalid; native does everywhere."""
+    declared = 2 * MiB
+    data = data_of(declared) + (bytes(MiB) if thin else data_of(MiB, seed=1))
+
+    name = new_name("stock")
+    store = make_store(cluster, chunk_mib=1, thin=thin)
+    if stock_versions.CHECKS_SIZES:
+        with pytest.raises(exceptions.Invalid, match="Size exceeds"):
+            store.add(name, io.BytesIO(data), declared, "sha512")
+        assert name not in clean_pool.names()
+    elif thin:
+        result = store.add(name, io.BytesIO(data), declared, "sha512")
+        assert result[1:3] == (declared, hashlib.md5(data).hexdigest())
+        assert clean_pool.read(name) == data[:declared]
+        clean_pool.remove(name)
+    else:
+        with pytest.raises((rbd.IncompleteWriteError, rbd.InvalidArgument)):
+            store.add(name, io.BytesIO(data), declared, "sha512")
+        assert name not in clean_pool.names()
+
+    glance_rbd_native.patch()
+    name = new_name("native")
+    with pytest.raises(exceptions.Invalid, match=f"Size exceeds: expected {declared} bytes, "
+                                                 f"got {declared + MiB} bytes"):
+        make_store(cluster, chunk_mib=1, thin=thin).add(name, io.BytesIO(data), declared,
+                                                        "sha512")
+    assert name not in clean_pool.names()

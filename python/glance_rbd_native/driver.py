@@ -1,7 +1,10 @@
 """The native ``Store.add`` for glance_store's rbd driver.
 
-It keeps the stock contract (glance-store 5.7.0): same return tuple, same exceptions, same
-digests and verifier calls, same snapshot. Unlike stock, all upload state is local to the call,
+It keeps the stock contract of the installed glance_store (4.1 to 5.x; ``compat`` holds what
+differs between releases): same return tuple, same exceptions, same digests and verifier calls,
+same snapshot. A declared size that the data does not match is refused with ``Invalid`` on every
+release, as 5.2 and later do; 4.x would store the image zero-padded or fail with a raw librbd
+error. Unlike stock, all upload state is local to the call,
 so one Store serves any number of uploads, one after the other or at once. md5 and the multihash
 are computed by the writer on threads of their own; an algorithm it lacks falls back to hashlib.
 """
@@ -16,6 +19,7 @@ from glance_store._drivers import rbd as stock
 from glance_store.common import utils
 from glance_store.i18n import _, _LE
 
+from glance_rbd_native import compat
 from glance_rbd_native._native import (
     DEFAULT_MAX_IN_FLIGHT,
     ConnectError,
@@ -114,19 +118,18 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
 
 def _open_writer(store, image_id, image_name, image_size, order, digests):
     """Connects and creates the image, with the stock driver's exceptions for failures."""
-    conf = store.store_conf
-    timeout = conf.rados_connect_timeout
+    options = compat.store_options(store)
     try:
         return RbdWriter(
             store.pool, image_name, image_size,
             conffile=store.conf_file or None,
             # The stock driver passes str(None) == 'None' as the user when the option is unset,
             # asking for client.None; unset means librados' default user here.
-            user=conf.rbd_store_user or None,
+            user=options.rbd_store_user or None,
             order=order,
             thin_provisioning=bool(store.thin_provisioning),
             snapshot=stock.DEFAULT_SNAPNAME,
-            connect_timeout=timeout if timeout >= 0 else None,
+            connect_timeout=compat.connect_timeout(store),
             max_in_flight=max_in_flight(),
             digests=digests,
         )

@@ -4,27 +4,7 @@ import logging
 
 LOG = logging.getLogger(__name__)
 
-# Versions whose Store.add contract driver.add reproduces. Outside it, the stock driver stays.
-SUPPORTED_MAJOR = 5
-TESTED_VERSION = "5.7.0"
-
 _ORIGINAL_ADD = "_glance_rbd_native_original_add"
-
-
-def glance_store_version():
-    from importlib import metadata
-
-    try:
-        return metadata.version("glance_store")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def is_supported(version):
-    try:
-        return int(version.split(".")[0]) == SUPPORTED_MAJOR
-    except (AttributeError, ValueError):
-        return False
 
 
 def patch(force=False):
@@ -36,15 +16,16 @@ def patch(force=False):
     from glance_store import capabilities, driver as store_driver
     from glance_store._drivers import rbd
 
-    from glance_rbd_native import driver
+    from glance_rbd_native import compat, driver
 
     if is_patched():
         return True
-    version = glance_store_version()
-    if not is_supported(version) and not force:
+    version = compat.glance_store_version()
+    if not compat.is_supported(version) and not force:
         LOG.warning(
-            "glance-rbd-native supports glance_store %d.x (tested with %s), found %s: "
-            "keeping the stock rbd driver", SUPPORTED_MAJOR, TESTED_VERSION, version)
+            "glance-rbd-native supports glance_store %s to %d.x (tested with %s), found %s: "
+            "keeping the stock rbd driver", ".".join(map(str, compat.OLDEST_SUPPORTED)),
+            compat.NEWEST_SUPPORTED_MAJOR, ", ".join(compat.TESTED_VERSIONS), version)
         return False
     native_add = store_driver.back_compat_add(capabilities.check(driver.add))
     setattr(rbd.Store, _ORIGINAL_ADD, rbd.Store.add)

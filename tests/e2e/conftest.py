@@ -3,8 +3,8 @@ catalogues. The servers are started on first use and shared by the tests."""
 
 import pytest
 
-from glance_api import GlanceApi
-from mariadb import MariaDB
+from harness.glance_api import GlanceApi
+from harness.mariadb import MariaDB
 
 # The switch on, the same with enabled_backends, the switch off: nothing else differs.
 SERVERS = {

@@ -12,7 +12,7 @@ import time
 import pytest
 import glanceclient
 
-from glance_api import BACKEND
+from harness.glance_api import BACKEND
 from support import SNAP, MiB, data_of
 
 pytestmark = [

@@ -20,7 +20,7 @@ import sys
 import sysconfig
 import time
 
-from cluster import free_port
+from harness.cluster import free_port
 
 BIN = pathlib.Path(sys.executable).parent
 PASTE_INI = pathlib.Path(sysconfig.get_path("data")) / "etc/glance/glance-api-paste.ini"

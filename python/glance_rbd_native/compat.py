@@ -1,0 +1,77 @@
+"""What differs between the glance_store releases the native driver supports, in one place.
+
+The native ``add`` behaves as the installed stock driver does. Where releases differ, the
+difference is read off what the installed glance_store has, never off its version number; the
+version only decides whether ``patch()`` takes over at all.
+"""
+
+import logging
+import re
+
+LOG = logging.getLogger(__name__)
+
+# 4.1.0 (Zed) is the oldest contract driver.add reproduces; an unknown future major may change it.
+OLDEST_SUPPORTED = (4, 1, 0)
+NEWEST_SUPPORTED_MAJOR = 5
+# The releases the test suite proves, each against its own stock driver.
+TESTED_VERSIONS = ("4.1.0", "4.3.3", "4.7.1", "4.9.1", "5.2.0", "5.7.0")
+
+
+def glance_store_version():
+    """The installed glance_store's version string, or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("glance_store")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def parse_version(text):
+    """(major, minor, patch) of a version string such as '4.7.1' or '5.0.0.0rc1'; None if none."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    if match is None:
+        return None
+    return tuple(int(part or 0) for part in match.groups())
+
+
+def is_supported(version):
+    parsed = parse_version(version)
+    return parsed is not None and OLDEST_SUPPORTED <= parsed and parsed[0] <= NEWEST_SUPPORTED_MAJOR
+
+
+def store_options(store):
+    """The namespace the stock driver reads the rbd options from.
+
+    From 5.2 that is ``store.store_conf``, which falls back to ``[backend_defaults]``; in a
+    multi-store set-up the backend's own group then answers None for every option left unset.
+    Before 5.2 it is the backend's group, or ``[glance_store]`` in a single-store set-up.
+    """
+    options = getattr(store, "store_conf", None)
+    if options is not None:
+        return options
+    if store.backend_group:
+        return getattr(store.conf, store.backend_group)
+    return store.conf.glance_store
+
+
+def connect_timeout(store):
+    """Seconds for librados' op and mount timeouts, or None where stock sets none."""
+    if not stock_sets_librados_timeouts():
+        return None
+    timeout = store_options(store).rados_connect_timeout
+    return timeout if timeout is not None and timeout >= 0 else None
+
+
+def stock_sets_librados_timeouts():
+    """True when stock turns ``rados_connect_timeout >= 0`` into librados' three timeouts.
+
+    That is the release whose option defaults to -1, "not set" (4.7 on). 4.1 defaults it to 0
+    and hands it to ``connect()``, which python-rados ignores; 4.3 to 4.6 deprecate it and read
+    it nowhere. Applying it there would turn the default of 0 into librados' "wait forever".
+    """
+    from glance_store._drivers import rbd
+
+    option = next((opt for opt in rbd.Store.OPTIONS if opt.name == "rados_connect_timeout"), None)
+    return (option is not None and not option.deprecated_for_removal
+            and option.default is not None and option.default < 0)

@@ -1,0 +1,76 @@
+"""Virtualenvs of other glance_store releases, as glance hosts have them: made from Debian's
+python3 with its site packages (the only way to see its rados and rbd modules), glance_store
+from PyPI, and the project's wheel installed as built, never rebuilt."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+VENVS = ROOT / ".venv-matrix"
+SYSTEM_PYTHON = "/usr/bin/python3"
+# Every release that operators run, each proved against its own stock driver; see the README.
+MATRIX = ("4.1.0", "4.3.3", "4.7.1", "4.9.1", "5.2.0", "5.7.0")
+
+
+def _parse(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+def requirements(version: str) -> list[str]:
+    """What a release needs besides itself to import its rbd driver and run the tests."""
+    reqs = [f"glance-store=={version}", "pytest>=7", "hypothesis>=6", "numpy",
+            # pip's cryptography breaks Debian's pyOpenSSL in a --system-site-packages venv.
+            "pyOpenSSL>=24"]
+    if _parse(version) < (4, 9):
+        reqs.append("oslo.utils<10")  # these import secretutils.md5, gone from oslo.utils 10
+    if (4, 4) <= _parse(version) < (5, 7):
+        reqs.append("eventlet")  # their rbd driver imports eventlet's tpool
+    return reqs
+
+
+def wheel() -> pathlib.Path:
+    """The wheel `make build` made: the one every virtualenv installs."""
+    found = sorted((ROOT / "target" / "wheels").glob("glance_rbd_native-*.whl"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"expected one wheel in target/wheels (run `make build`): {found}")
+    return found[0]
+
+
+def ensure(version: str) -> pathlib.Path:
+    """The virtualenv for `version` with the current wheel in it; made once, then reused."""
+    venv = VENVS / version
+    python = venv / "bin" / "python"
+    reqs = requirements(version)
+    stamp = venv / ".requirements"
+    wanted = "\n".join(reqs) + "\n"
+    if not python.exists() or not stamp.exists() or stamp.read_text() != wanted:
+        _run(SYSTEM_PYTHON, "-m", "venv", "--clear", "--system-site-packages", str(venv))
+        _run(python, "-m", "pip", "install", "-q", "--upgrade", "pip")
+        _run(python, "-m", "pip", "install", "-q", *reqs)
+        stamp.write_text(wanted)
+    built = wheel()
+    marker = venv / ".wheel"
+    digest = hashlib.sha256(built.read_bytes()).hexdigest()
+    if not marker.exists() or marker.read_text() != digest:
+        _run(python, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(built))
+        marker.write_text(digest)
+    return python
+
+
+def _run(*argv) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    result = subprocess.run([str(a) for a in argv], env=env, capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(f"{' '.join(map(str, argv))} failed ({result.returncode}):\n"
+                           f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:] or MATRIX:
+        print(ensure(name))

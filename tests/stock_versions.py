@@ -1,0 +1,24 @@
+"""What the installed stock rbd driver does, by glance_store release, as read from its tags.
+
+The tests' oracle for behaviour that differs between releases. It is written down here from
+glance_store's sources, independently of the detection in glance_rbd_native.compat.
+"""
+
+import re
+from importlib import metadata
+
+VERSION_TEXT = metadata.version("glance_store")
+VERSION = tuple(int(part) for part in re.findall(r"\d+", VERSION_TEXT)[:3])
+
+# 5.2 on: Invalid "Size exceeds" / "Size mismatch", and the bytes written are returned. Before,
+# no checks: the declared size is returned, a short upload is stored zero-padded, and an
+# oversized one fails with librbd's raw IncompleteWriteError or InvalidArgument.
+CHECKS_SIZES = VERSION >= (5, 2)
+# Before 4.6.2, an unknown-size image grows by the step and then doubles it, so a first chunk
+# larger than one step fails (bug 1916482).
+RESIZES_BEFORE_DOUBLING = VERSION < (4, 6, 2)
+# 4.7 on: rados_connect_timeout >= 0 sets librados' op and mount timeouts. 4.1 hands it to
+# connect(), which ignores it; 4.3 to 4.6 deprecate it and read it nowhere.
+SETS_LIBRADOS_TIMEOUTS = VERSION >= (4, 7)
+# 5.2 on: options come from store_conf, which falls back to [backend_defaults].
+HAS_STORE_CONF = VERSION >= (5, 2)
