@@ -85,7 +85,7 @@ impl Drop for Publish<'_> {
         });
         {
             let mut shared = lock(&SHARED);
-            let shared = shared.get_or_insert_with(HashMap::new);
+            let shared = entries(&mut shared);
             match &outcome {
                 Ok(cluster) => {
                     shared.insert(self.options.clone(), Entry::Ready(Arc::clone(cluster)));
@@ -100,7 +100,35 @@ impl Drop for Publish<'_> {
     }
 }
 
-static SHARED: Mutex<Option<HashMap<ConnectOptions, Entry>>> = Mutex::new(None);
+/// The cache of one process. A child of `fork()` has the parent's handles but none of the
+/// threads behind them: using one, or shutting it down, hangs. The child starts afresh and
+/// leaves the parent's handles alone (leaked, never touched).
+struct Shared {
+    pid: u32,
+    entries: HashMap<ConnectOptions, Entry>,
+}
+
+static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
+
+/// This process's connections, after forgetting those inherited over a fork.
+fn entries(shared: &mut Option<Shared>) -> &mut HashMap<ConnectOptions, Entry> {
+    let pid = std::process::id();
+    let shared = shared.get_or_insert_with(|| Shared {
+        pid,
+        entries: HashMap::new(),
+    });
+    if shared.pid != pid {
+        let inherited = std::mem::take(&mut shared.entries);
+        log::debug!(
+            "forked: leaving {} connections of process {} alone",
+            inherited.len(),
+            shared.pid
+        );
+        std::mem::forget(inherited);
+        shared.pid = pid;
+    }
+    &mut shared.entries
+}
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -111,7 +139,7 @@ impl Cluster {
     /// never held while connecting.
     pub fn shared(options: &ConnectOptions) -> Result<Arc<Cluster>> {
         let mut guard = lock(&SHARED);
-        let shared = guard.get_or_insert_with(HashMap::new);
+        let shared = entries(&mut guard);
         match shared.get(options) {
             Some(Entry::Ready(cluster)) => return Ok(Arc::clone(cluster)),
             Some(Entry::Connecting(attempt)) => {
@@ -136,12 +164,10 @@ impl Cluster {
 
     /// Number of connected clusters cached, for tests of connection reuse.
     pub fn shared_count() -> usize {
-        lock(&SHARED).as_ref().map_or(0, |shared| {
-            shared
-                .values()
-                .filter(|entry| matches!(entry, Entry::Ready(_)))
-                .count()
-        })
+        entries(&mut lock(&SHARED))
+            .values()
+            .filter(|entry| matches!(entry, Entry::Ready(_)))
+            .count()
     }
 
     /// Connects as the `rados` Python binding does for glance: read the conf file, apply

@@ -3,7 +3,7 @@
 //! until it goes through.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::cluster::IoCtx;
@@ -23,7 +23,9 @@ struct Leftover {
     delay: Duration,
 }
 
-static QUEUE: OnceLock<Mutex<Sender<Leftover>>> = OnceLock::new();
+/// The janitor of this process, by pid: a child of `fork()` inherits the sender but not the
+/// thread, so it starts its own.
+static QUEUE: Mutex<Option<(u32, Sender<Leftover>)>> = Mutex::new(None);
 
 /// Queues `image` for removal in the background, closing `open` first if given.
 pub fn remove_later(
@@ -37,14 +39,6 @@ pub fn remove_later(
         "could not remove {} ({first_error}); retrying in the background",
         Target::image(ioctx.pool(), image)
     );
-    let queue = QUEUE.get_or_init(|| {
-        let (sender, receiver) = channel();
-        std::thread::Builder::new()
-            .name("rbd-janitor".into())
-            .spawn(move || run(receiver))
-            .expect("spawning the janitor thread");
-        Mutex::new(sender)
-    });
     let leftover = Leftover {
         open,
         ioctx,
@@ -53,13 +47,26 @@ pub fn remove_later(
         next_try: Instant::now() + FIRST_RETRY,
         delay: FIRST_RETRY,
     };
-    let _ = queue
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .send(leftover);
+    let pid = std::process::id();
+    let mut queue = QUEUE.lock().unwrap_or_else(PoisonError::into_inner);
+    if queue.as_ref().is_none_or(|(owner, _)| *owner != pid) {
+        let (sender, receiver) = channel();
+        std::thread::Builder::new()
+            .name("rbd-janitor".into())
+            .spawn(move || run(receiver))
+            .expect("spawning the janitor thread");
+        // The parent's sender, if inherited, is forgotten: its receiver is not in this process.
+        if let Some(inherited) = queue.replace((pid, sender)) {
+            std::mem::forget(inherited);
+        }
+    }
+    if let Some((_, sender)) = queue.as_ref() {
+        let _ = sender.send(leftover);
+    }
 }
 
 fn run(queue: Receiver<Leftover>) {
+    crate::logbridge::mark_background_thread();
     let mut pending: Vec<Leftover> = Vec::new();
     loop {
         let wait = pending

@@ -13,6 +13,7 @@ mod exceptions;
 mod ffi;
 pub mod image;
 mod janitor;
+mod logbridge;
 pub mod upload;
 mod writer;
 pub mod zeros;
@@ -22,7 +23,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // Records from the `log` macros go to Python's `logging`, under `glance_rbd_native.*`.
-    let _ = pyo3_log::try_init();
+    logbridge::install(module.py())?;
     module.add_class::<writer::RbdWriter>()?;
     module.add_function(wrap_pyfunction!(writer::connection_count, module)?)?;
     module.add_function(wrap_pyfunction!(writer::native_digests, module)?)?;

@@ -47,6 +47,7 @@ impl RbdWriter {
         max_in_flight: usize,
         digests: Vec<String>,
     ) -> PyResult<Self> {
+        crate::logbridge::flush();
         if image.is_empty() {
             return Err(Error::Usage("image name must not be empty".into()).into());
         }
@@ -194,6 +195,7 @@ impl RbdWriter {
         py: Python<'_>,
         op: impl FnOnce(&mut Upload, &mut dyn FnMut() -> Result<()>) -> Result<T> + Send,
     ) -> PyResult<T> {
+        crate::logbridge::flush();
         let mut signal: Option<PyErr> = None;
         let result = py.detach(|| {
             let mut upload = self.upload.lock().unwrap_or_else(PoisonError::into_inner);

@@ -3,6 +3,7 @@
 import errno
 import io
 import json
+import logging
 import os
 import re
 import signal
@@ -136,7 +137,8 @@ def wait_until(predicate, timeout, interval=0.5):
 
 
 def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
-        cluster, clean_pool, osd_stopped):
+        cluster, clean_pool, osd_stopped, caplog):
+    caplog.set_level(logging.INFO, logger="glance_rbd_native")
     glance_rbd_native.patch()
     name = new_name("osd-down")
     timeout = 5
@@ -153,6 +155,14 @@ def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
     cluster.start_osd()
     assert wait_until(lambda: name not in clean_pool.names(), timeout=90), \
         "the partial image was not removed once the OSD was back"
+    # The janitor thread never calls into Python: its record waits for the next native call,
+    # and is emitted on the thread that makes it.
+    removed = f"removed partial image '{name}' in pool '{cluster.pool}' after an earlier failure"
+    assert removed not in caplog.text
+    RbdWriter(cluster.pool, new_name(), conffile=str(cluster.conf_path), user="admin").abort()
+    records = [r for r in caplog.records if r.getMessage() == removed]
+    assert len(records) == 1
+    assert records[0].thread == threading.get_ident()
 
 
 @pytest.fixture

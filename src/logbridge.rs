@@ -1,0 +1,116 @@
+//! Records from the `log` macros to Python's `logging`, only ever from threads Python started.
+//!
+//! Threads the native layer starts itself (the janitor) never call into Python. Under eventlet
+//! the locks of `logging` are green: a native thread that takes one can hang the hub or crash
+//! the process. Their records wait in a bounded queue instead, and the next record, or the next
+//! call into the module, from a Python thread emits them first, in order.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use log::{Level, Log, Metadata, Record};
+use pyo3::prelude::*;
+
+/// Records a background thread may queue before the oldest are dropped (and counted).
+const CAPACITY: usize = 1000;
+
+thread_local! {
+    static BACKGROUND: Cell<bool> = const { Cell::new(false) };
+}
+
+struct Queued {
+    level: Level,
+    target: String,
+    message: String,
+}
+
+static QUEUED: Mutex<VecDeque<Queued>> = Mutex::new(VecDeque::new());
+static DROPPED: AtomicUsize = AtomicUsize::new(0);
+
+/// Marks the calling thread as one Python did not start: its records are queued.
+pub fn mark_background_thread() {
+    BACKGROUND.with(|background| background.set(true));
+}
+
+/// Installs the bridge as the `log` crate's logger, once per process.
+pub fn install(py: Python<'_>) -> PyResult<()> {
+    let python = pyo3_log::Logger::new(py, pyo3_log::Caching::LoggersAndLevels)?;
+    if log::set_boxed_logger(Box::new(Bridge { python })).is_ok() {
+        log::set_max_level(log::LevelFilter::Debug);
+    }
+    Ok(())
+}
+
+/// Emits what background threads queued; a no-op on a background thread.
+pub fn flush() {
+    if !BACKGROUND.with(Cell::get) {
+        log::logger().flush();
+    }
+}
+
+struct Bridge {
+    python: pyo3_log::Logger,
+}
+
+impl Bridge {
+    fn emit_queued(&self) {
+        let queued = std::mem::take(&mut *QUEUED.lock().unwrap_or_else(PoisonError::into_inner));
+        let dropped = DROPPED.swap(0, Ordering::Relaxed);
+        if dropped > 0 {
+            self.python.log(
+                &Record::builder()
+                    .level(Level::Warn)
+                    .target(module_path!())
+                    .args(format_args!(
+                        "{dropped} log records of background threads were dropped"
+                    ))
+                    .build(),
+            );
+        }
+        for record in queued {
+            self.python.log(
+                &Record::builder()
+                    .level(record.level)
+                    .target(&record.target)
+                    .args(format_args!("{}", record.message))
+                    .build(),
+            );
+        }
+    }
+}
+
+impl Log for Bridge {
+    fn enabled(&self, metadata: &Metadata) -> bool {
+        // pyo3-log answers from its cache of levels, without calling into Python.
+        self.python.enabled(metadata)
+    }
+
+    fn log(&self, record: &Record) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        if BACKGROUND.with(Cell::get) {
+            let mut queued = QUEUED.lock().unwrap_or_else(PoisonError::into_inner);
+            if queued.len() == CAPACITY {
+                queued.pop_front();
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+            queued.push_back(Queued {
+                level: record.level(),
+                target: record.target().to_owned(),
+                message: record.args().to_string(),
+            });
+            return;
+        }
+        self.emit_queued();
+        self.python.log(record);
+    }
+
+    fn flush(&self) {
+        if !BACKGROUND.with(Cell::get) {
+            self.emit_queued();
+        }
+    }
+}
