@@ -10,10 +10,10 @@ APT_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev \
 	python3-rbd python3-rados python3-venv python3-dev gcc pkg-config libssl-dev valgrind \
 	mariadb-server-core
 PIP_PACKAGES := maturin "pytest>=7" "hypothesis>=6" glance-store==5.7.0 numpy vermin
-# The end-to-end layer: a real glance-api (WSGI app served by gunicorn, catalogue in MariaDB) and
+# The end-to-end layer: a real glance-api (WSGI app served by uWSGI, catalogue in MariaDB) and
 # a real client. pip's cryptography breaks Debian's pyOpenSSL in a --system-site-packages venv;
 # a newer pyOpenSSL fixes it.
-E2E_PACKAGES := glance==33.0.0 gunicorn python-glanceclient PyMySQL "pyOpenSSL>=24"
+E2E_PACKAGES := glance==33.0.0 uwsgi==2.0.31 python-glanceclient PyMySQL "pyOpenSSL>=24"
 
 .PHONY: help deps build demo test test-rust test-python check-py39 bench lint clean
 

@@ -2,7 +2,8 @@
 
 Each measurement is a child process (benchmarks/upload.py, or the Ceph and coreutils tools), so
 CPU time, peak RSS and CEPH_ARGS belong to it alone. The glance-api rows PUT the image from this
-process to two glance-api servers (tests/glance_api.py) that differ only in GLANCE_RBD_NATIVE.
+process to two glance-api servers under uWSGI (tests/harness/glance_api.py: master, 2 processes
+of 2 threads, lazy-apps) that differ only in GLANCE_RBD_NATIVE.
 Every row runs ROUNDS times, interleaved, and reports medians. The table goes to stdout, everything measured to BENCH_JSON.
 
     make bench                      # 1 GiB images, 3 rounds
@@ -272,7 +273,7 @@ def table(bench):
         "; ".join(f"{k[4:]} {a:.1f} / {c:.1f} ms" for k, (a, c) in gil.items()),
         "<= 10 ms during a native thin upload", gil["gil native thin"][0] <= 10)
     api = {k: m(k) for k in ("api native", "api stock", "api native chunked", "api stock chunked")}
-    row("through glance-api (gunicorn, one gthread worker), client on the same host",
+    row("through glance-api (uWSGI: 2 processes x 2 threads, lazy-apps), client on the same host",
         f"Content-Length: native {api['api native']:.2f}s, stock {api['api stock']:.2f}s "
         f"({api['api stock'] / api['api native']:.2f}x); chunked: native "
         f"{api['api native chunked']:.2f}s, stock {api['api stock chunked']:.2f}s "

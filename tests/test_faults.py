@@ -36,7 +36,17 @@ def interrupt_main_thread_after(seconds):
     return timer
 
 
-def test_ctrl_c_interrupts_a_stuck_write_and_abort_cleans_up(cluster, clean_pool, osd_stopped):
+@pytest.fixture
+def ctrl_c():
+    """Python's own SIGINT handler, whatever this process inherited: a shell's background job
+    starts with SIGINT ignored, and Python then installs no handler."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_interrupts_a_stuck_write_and_abort_cleans_up(cluster, clean_pool, osd_stopped,
+                                                             ctrl_c):
     name = new_name()
     writer = RbdWriter(cluster.pool, name, conffile=str(cluster.conf_path), user="admin",
                        order=20, max_in_flight=MiB)

@@ -1,14 +1,19 @@
 """glance-api servers on the session's throwaway cluster, with a throwaway MariaDB for their
 catalogues. The servers are started on first use and shared by the tests."""
 
+import http.server
+import threading
+
 import pytest
 
-from harness.glance_api import GlanceApi
+from harness.glance_api import SECOND_POOL, GlanceApi
 from harness.mariadb import MariaDB
 
-# The switch on, the same with enabled_backends, the switch off: nothing else differs.
+# The switch on, the same with the app loaded in uWSGI's master (which also connects before it
+# forks), the same with two rbd backends, the switch off: nothing else differs.
 SERVERS = {
     "native": dict(native=True),
+    "native-preforked": dict(native=True, lazy=False, preconnect=True),
     "native-multistore": dict(native=True, multistore=True),
     "stock": dict(native=False),
 }
@@ -21,12 +26,60 @@ def mariadb(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def new_glance_api(cluster, mariadb, tmp_path_factory):
-    """Makes an unstarted GlanceApi with a directory and a database of its own."""
+def second_pool(cluster):
+    """The pool of the second rbd backend of multi-store servers."""
+    cluster.create_pool(SECOND_POOL)
+    yield SECOND_POOL
+    cluster.delete_pool(SECOND_POOL)
+
+
+class WebSource(http.server.ThreadingHTTPServer):
+    """An HTTP server on loopback for web-download imports: GET /<name> answers files[name]."""
+
+    def __init__(self):
+        self.files = {}
+        source = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                data = source.files.get(self.path.lstrip("/"))
+                if data is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.port = self.server_address[1]
+
+    def url(self, name):
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+
+@pytest.fixture(scope="session")
+def web_source():
+    server = WebSource()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="session")
+def new_glance_api(cluster, mariadb, tmp_path_factory, second_pool, web_source):
+    """Makes an unstarted GlanceApi with a directory and a database of its own; every server
+    may web-download from `web_source`."""
     def new(name, **config):
         root = tmp_path_factory.mktemp(f"glance-{name}")
         database = mariadb.create_database(root.name.replace("-", "_"))
-        return GlanceApi(root, cluster.conf_path, database, **config)
+        return GlanceApi(root, cluster.conf_path, database, import_port=web_source.port,
+                         **config)
     return new
 
 

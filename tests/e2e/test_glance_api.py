@@ -99,6 +99,20 @@ def test_switch_decides_the_driver(native_api, stock_api):
     assert config(native_api) == config(stock_api)
 
 
+def test_preforked_workers_leave_the_masters_connection_alone(glance_servers):
+    """uWSGI's default: the app, and here a native connection, made in the master, then the
+    workers forked. Uploads in the workers (test_upload) went through connections of their own."""
+    api = glance_servers("native-preforked")
+    master = api.pid
+    assert f"connected in uWSGI's master, pid {master}" in api.server_log()
+    assert re.search(rf"WSGI app 0 .* ready .* pid: {master} ", api.server_log())
+    workers = set(re.findall(r"spawned uWSGI worker \d+ \(pid: (\d+)", api.server_log()))
+    assert len(workers) == 2 and str(master) not in workers
+    writers = set(re.findall(r"^\S+ \S+ (\d+) INFO glance_rbd_native.driver .* with the native "
+                             r"writer", api.log(), re.M))
+    assert writers and writers <= workers
+
+
 @pytest.mark.parametrize("server", ["native", "stock"])
 def test_four_clients_at_once(server, glance_servers, cluster, clean_pool):
     api = glance_servers(server)

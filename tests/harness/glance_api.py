@@ -1,9 +1,11 @@
 """A throwaway glance-api on a throwaway Ceph cluster, and a raw HTTP client for it.
 
 glance 33 ships only a WSGI app (`glance.wsgi.api:application`, reading glance-api.conf from
-$OS_GLANCE_CONFIG_DIR); gunicorn serves it. No keystone: paste's default flavor gives an
-unauthenticated context, and the policy file makes that context admin. The native writer is
-turned on the way operators do it, by GLANCE_RBD_NATIVE=1 in the server's environment.
+$OS_GLANCE_CONFIG_DIR); uWSGI serves it as devstack, openstack-ansible and Debian do: a
+master, 2 processes of 2 threads, and the app loaded in each worker after the fork
+(`lazy-apps`), or, uWSGI's default, once in the master before it. No keystone: paste's default
+flavor gives an unauthenticated context, and the policy file makes that context admin. The
+native writer is turned on the way operators do it, by `env = GLANCE_RBD_NATIVE=1` in the ini.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from harness.cluster import free_port
 
 BIN = pathlib.Path(sys.executable).parent
 PASTE_INI = pathlib.Path(sysconfig.get_path("data")) / "etc/glance/glance-api-paste.ini"
-BACKEND = "ceph1"  # the store name of the multi-store configuration
+TESTS = pathlib.Path(__file__).resolve().parents[1]  # on the server's path, for harness.*
+BACKEND = "ceph1"  # the default store of the multi-store configuration
+SECOND_BACKEND = "ceph2"  # its second rbd store, on pool SECOND_POOL, for copy-image
+SECOND_POOL = "images2"
+# glanceclient sends chunked bodies in 1 MiB chunks; uWSGI's limit of 1 MiB per chunk counts the
+# framing too and refuses them ("unable to receive chunked part"). devstack hides this behind
+# Apache, which re-chunks; served directly, the limit must be raised.
+CHUNKED_INPUT_LIMIT = 16 << 20
 
 
 class GlanceApiError(RuntimeError):
@@ -32,16 +41,21 @@ class GlanceApiError(RuntimeError):
 
 
 class GlanceApi:
-    """One glance-api process (gunicorn, one gthread worker) storing images in `pool`.
+    """One glance-api under uWSGI storing images in `pool`.
 
     database: the SQLAlchemy URL of an empty database for glance's catalogue.
     native: start it with GLANCE_RBD_NATIVE=1 (else the stock driver serves uploads).
-    multistore: configure the rbd store as backend `ceph1` of `enabled_backends`.
+    multistore: rbd backends `ceph1` (on `pool`) and `ceph2` (on SECOND_POOL).
     timeout: glance_store's `rados_connect_timeout`, in seconds.
+    lazy: load the app in each worker (`lazy-apps`); else once in the master, before the fork.
+    preconnect: (not lazy) the master also opens a native connection to the cluster before the
+        fork, which the workers must leave alone.
+    import_port: allow web-download from this loopback port.
     """
 
     def __init__(self, root: pathlib.Path, ceph_conf: pathlib.Path, database: str, *, native: bool,
-                 multistore=False, pool="images", timeout: int | None = None, threads=4):
+                 multistore=False, pool="images", timeout: int | None = None, lazy=True,
+                 preconnect=False, processes=2, threads=2, import_port: int | None = None):
         self.root = pathlib.Path(root).resolve()
         self.ceph_conf = ceph_conf
         self.database = database
@@ -49,7 +63,11 @@ class GlanceApi:
         self.multistore = multistore
         self.pool = pool
         self.timeout = timeout
+        self.lazy = lazy
+        self.preconnect = preconnect
+        self.processes = processes
         self.threads = threads
+        self.import_port = import_port
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.root / "glance-api.log"
@@ -66,18 +84,14 @@ class GlanceApi:
                               capture_output=True, text=True, timeout=120)
         if sync.returncode:
             raise GlanceApiError(f"glance-manage db sync failed:\n{sync.stderr[-3000:]}")
-        env = {**os.environ, "OS_GLANCE_CONFIG_DIR": str(self.root / "etc")}
-        env.pop("GLANCE_RBD_NATIVE", None)
-        if self.native:
-            env["GLANCE_RBD_NATIVE"] = "1"
-        # gthread: a sync worker is killed when one long upload outlives --timeout.
-        cmd = [BIN / "gunicorn", "--bind", f"127.0.0.1:{self.port}", "--workers", "1",
-               "--worker-class", "gthread", "--threads", str(self.threads), "--no-control-socket",
-               "--timeout", "600", "--graceful-timeout", "10", "glance.wsgi.api:application"]
+        env = {k: v for k, v in os.environ.items() if k != "GLANCE_RBD_NATIVE"}
+        env["OS_GLANCE_CONFIG_DIR"] = str(self.root / "etc")
+        ini = self._write_uwsgi_ini()
         atexit.register(self.stop)  # don't leak the server if the caller dies first
-        with open(self.root / "gunicorn.log", "ab") as out:
+        with open(self.root / "uwsgi.log", "ab") as out:
             # Its own session: the test's Ctrl-C does not reach it, and stop() kills the group.
-            self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+            self._proc = subprocess.Popen([BIN / "uwsgi", "--ini", ini], env=env,
+                                          stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, start_new_session=True)
         try:
             self._wait_ready(60)
@@ -90,14 +104,15 @@ class GlanceApi:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
-        # The master's pid is its process group (start_new_session): workers go with it.
-        for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
+        # The master's pid is its process group (start_new_session): workers go with it. SIGINT,
+        # not SIGTERM: uWSGI's graceful reload on TERM hangs with an app loaded in the master.
+        for sig, grace in ((signal.SIGINT, 15), (signal.SIGKILL, 10)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(grace)
                 return
-        raise GlanceApiError(f"gunicorn (pid {proc.pid}) survived SIGKILL")
+        raise GlanceApiError(f"uWSGI (pid {proc.pid}) survived SIGKILL")
 
     def __enter__(self) -> GlanceApi:
         return self.start()
@@ -105,14 +120,25 @@ class GlanceApi:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    @property
+    def pid(self) -> int:
+        """The uWSGI master's."""
+        return self._proc.pid
+
     def log(self) -> str:
+        """glance-api's own log."""
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def server_log(self) -> str:
+        """uWSGI's log: its start-up, the workers it spawned, one line per request."""
+        path = self.root / "uwsgi.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
             if self._proc.poll() is not None:
-                out = (self.root / "gunicorn.log").read_text(errors="replace")[-3000:]
+                out = (self.root / "uwsgi.log").read_text(errors="replace")[-3000:]
                 raise GlanceApiError(f"glance-api exited with {self._proc.returncode}:\n{out}"
                                      f"\n{self.log()[-3000:]}")
             with contextlib.suppress(OSError):
@@ -122,29 +148,80 @@ class GlanceApi:
                 raise TimeoutError(f"glance-api not answering on {self.url} after {timeout}s")
             time.sleep(0.2)
 
+    def _write_uwsgi_ini(self) -> pathlib.Path:
+        ini = self.root / "etc/glance-api-uwsgi.ini"
+        lines = [
+            "[uwsgi]",
+            f"http-socket = 127.0.0.1:{self.port}",
+            "master = true",
+            f"processes = {self.processes}",
+            f"threads = {self.threads}",
+            "enable-threads = true",
+            "die-on-term = true",
+            "buffer-size = 65535",
+            # uWSGI closes each connection after its response: tell clients not to reuse it
+            # (devstack does the same), or a pooled one fails with "closed without response".
+            "add-header = Connection: close",
+            "http-chunked-input = true",
+            "http-auto-chunked = true",
+            "http-raw-body = true",
+            f"chunked-input-limit = {CHUNKED_INPUT_LIMIT}",
+            "socket-timeout = 600",
+            f"lazy-apps = {str(self.lazy).lower()}",
+            "need-app = true",
+            "wsgi = glance.wsgi.api:application",
+            f"env = OS_GLANCE_CONFIG_DIR={self.root / 'etc'}",
+            f"pythonpath = {TESTS}",
+        ]
+        if self.native:
+            lines.append("env = GLANCE_RBD_NATIVE=1")
+        if self.preconnect:
+            if self.lazy:
+                raise ValueError("preconnect needs the app loaded in the master (lazy=False)")
+            # Imported in the master, before the app and the fork.
+            lines += ["import = harness.preconnect",
+                      f"env = GRN_PRECONNECT_CONF={self.ceph_conf}",
+                      f"env = GRN_PRECONNECT_POOL={self.pool}"]
+        ini.write_text("\n".join(lines) + "\n")
+        return ini
+
     def _write_config(self) -> None:
         r = self.root
-        rbd = (f"rbd_store_ceph_conf = {self.ceph_conf}\nrbd_store_user = admin\n"
-               f"rbd_store_pool = {self.pool}\nrbd_store_chunk_size = 8\n")
-        if self.timeout is not None:
-            rbd += f"rados_connect_timeout = {self.timeout}\n"
+
+        def rbd(pool):
+            text = (f"rbd_store_ceph_conf = {self.ceph_conf}\nrbd_store_user = admin\n"
+                    f"rbd_store_pool = {pool}\nrbd_store_chunk_size = 8\n")
+            if self.timeout is not None:
+                text += f"rados_connect_timeout = {self.timeout}\n"
+            return text
+
         if self.multistore:
-            stores = (f"[DEFAULT]\nenabled_backends = {BACKEND}:rbd\n"
+            stores = (f"[DEFAULT]\nenabled_backends = {BACKEND}:rbd, {SECOND_BACKEND}:rbd\n"
                       f"[glance_store]\ndefault_backend = {BACKEND}\n"
-                      f"[{BACKEND}]\n{rbd}store_description = throwaway Ceph cluster\n"
+                      f"[{BACKEND}]\n{rbd(self.pool)}store_description = throwaway Ceph cluster\n"
+                      f"[{SECOND_BACKEND}]\n{rbd(SECOND_POOL)}"
+                      "store_description = throwaway Ceph cluster, second pool\n"
                       # Reserved stores: without a directory of their own they use /var/lib/glance.
                       f"[os_glance_staging_store]\nfilesystem_store_datadir = {r}/staging\n"
                       f"[os_glance_tasks_store]\nfilesystem_store_datadir = {r}/tasks\n")
         else:
-            stores = f"[glance_store]\nstores = rbd\ndefault_store = rbd\n{rbd}"
+            stores = f"[glance_store]\nstores = rbd\ndefault_store = rbd\n{rbd(self.pool)}"
+        imports = "[import_filtering_opts]\n"
+        if self.import_port:
+            imports += f"allowed_hosts = [127.0.0.1]\nallowed_ports = [{self.import_port}]\n"
         (r / "etc/policy.yaml").write_text('"context_is_admin": "@"\n')
+        paste = PASTE_INI.read_text().replace(
+            "glance.api.middleware.context:UnauthenticatedContextMiddleware.factory",
+            "harness.glance_context:ProjectContextMiddleware.factory")
+        (r / "etc/glance-api-paste.ini").write_text(paste)
         (r / "etc/glance-api.conf").write_text(f"""\
 [DEFAULT]
 log_file = {self.log_path}
 use_stderr = false
 node_staging_uri = file://{r}/staging
-enabled_import_methods = []
+enabled_import_methods = [glance-direct, web-download, copy-image]
 {stores}
+{imports}
 [database]
 connection = {self.database}
 
@@ -152,7 +229,7 @@ connection = {self.database}
 policy_file = {r}/etc/policy.yaml
 
 [paste_deploy]
-config_file = {PASTE_INI}
+config_file = {r}/etc/glance-api-paste.ini
 """)
 
     # -- raw HTTP client -------------------------------------------------------------------
@@ -192,6 +269,31 @@ config_file = {PASTE_INI}
             headers["X-Image-Meta-Store"] = BACKEND
         return self.request("PUT", f"/v2/images/{image_id}/file", body, headers,
                             chunked=size is None)
+
+    def stage(self, image_id: str, data: bytes) -> None:
+        """Sends the data to the staging area (the first half of a glance-direct import)."""
+        status, out = self.request("PUT", f"/v2/images/{image_id}/stage", data,
+                                   {"Content-Type": "application/octet-stream",
+                                    "Content-Length": str(len(data))})
+        if status != 204:
+            raise GlanceApiError(f"PUT stage {image_id}: {status} {out[:500]!r}")
+
+    def import_image(self, image_id: str, method: str, *, stores=None, uri=None) -> None:
+        """Starts an interoperable import; glance runs it in a task thread."""
+        body = {"method": {"name": method, **({"uri": uri} if uri else {})}}
+        if stores:
+            body["stores"] = list(stores)
+        status, out = self.request("POST", f"/v2/images/{image_id}/import", json.dumps(body),
+                                   {"Content-Type": "application/json"})
+        if status != 202:
+            raise GlanceApiError(f"POST import {image_id} ({method}): {status} {out[:500]!r}")
+
+    def tasks(self, image_id: str) -> list[dict]:
+        """The import tasks of an image, newest first."""
+        status, out = self.request("GET", f"/v2/images/{image_id}/tasks")
+        if status != 200:
+            raise GlanceApiError(f"GET tasks {image_id}: {status} {out[:500]!r}")
+        return json.loads(out)["tasks"]
 
     def image(self, image_id: str) -> dict:
         status, out = self.request("GET", f"/v2/images/{image_id}")

@@ -1,0 +1,127 @@
+"""glance's interoperable import with the switch on. glance-direct, web-download and
+copy-image end in the driver's add, called from a task thread rather than the request's: the
+native writer serves each store write."""
+
+import hashlib
+import io
+import time
+
+import pytest
+
+from harness.glance_api import BACKEND, SECOND_BACKEND, SECOND_POOL
+from support import SNAP, MiB, data_of
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+SIZE = 20 * MiB + 4321
+
+
+def wait_imported(api, image_id, stores=(), timeout=120):
+    """Waits for the import task: the image active (and in every store asked for), or failed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        image = api.image(image_id)
+        failed = image.get("os_glance_failed_import")
+        in_stores = set(filter(None, image.get("stores", "").split(",")))
+        if failed or (image["status"] == "active" and set(stores) <= in_stores):
+            return image
+        if image["status"] == "killed" or time.monotonic() > deadline:
+            return image
+        time.sleep(0.2)
+
+
+def assert_imported(api, cluster, image_id, data, stores):
+    image = wait_imported(api, image_id, stores if api.multistore else ())
+    assert image["status"] == "active", image
+    assert not image.get("os_glance_failed_import"), image
+    assert image["size"] == len(data)
+    assert image["checksum"] == hashlib.md5(data).hexdigest()
+    assert image["os_hash_value"] == hashlib.sha512(data).hexdigest()
+    pools = {BACKEND: cluster.pool, SECOND_BACKEND: SECOND_POOL}
+    if api.multistore:
+        assert set(image["stores"].split(",")) == set(stores)
+    for store in stores:
+        pool = pools[store]
+        assert image_id in cluster.images(pool)
+        assert SNAP in cluster.rbd("snap", "ls", f"{pool}/{image_id}")
+    assert b"".join(api.request("GET", f"/v2/images/{image_id}/file")[1:]) == data
+    # One line per store write, from the native writer.
+    assert api.log().count(f"stored image {image_id} with the native writer") == len(stores)
+
+
+@pytest.mark.parametrize("server", ["native", "native-multistore"])
+def test_glance_direct(server, glance_servers, cluster, clean_pool):
+    api = glance_servers(server)
+    data = data_of(SIZE, seed=11)
+    image_id = api.create_image("import glance-direct")
+    try:
+        api.stage(image_id, data)
+        stores = [BACKEND] if api.multistore else []
+        api.import_image(image_id, "glance-direct", stores=stores)
+        assert_imported(api, cluster, image_id, data, stores or [BACKEND])
+    finally:
+        api.delete(image_id)
+    assert image_id not in cluster.images()
+
+
+@pytest.mark.parametrize("server", ["native", "native-multistore"])
+def test_web_download(server, glance_servers, web_source, cluster, clean_pool):
+    api = glance_servers(server)
+    data = data_of(SIZE, seed=12)
+    web_source.files["web-download.raw"] = data
+    image_id = api.create_image("import web-download")
+    try:
+        stores = [BACKEND] if api.multistore else []
+        api.import_image(image_id, "web-download", stores=stores,
+                         uri=web_source.url("web-download.raw"))
+        assert_imported(api, cluster, image_id, data, stores or [BACKEND])
+    finally:
+        api.delete(image_id)
+
+
+def test_copy_image_to_a_second_rbd_backend(glance_servers, cluster, clean_pool):
+    api = glance_servers("native-multistore")
+    data = data_of(SIZE, seed=13)
+    image_id = api.create_image("import copy-image")
+    try:
+        assert api.upload(image_id, io.BytesIO(data), size=len(data))[0] == 204
+        assert_imported(api, cluster, image_id, data, [BACKEND])
+        api.import_image(image_id, "copy-image", stores=[SECOND_BACKEND])
+        assert_imported(api, cluster, image_id, data, [BACKEND, SECOND_BACKEND])
+    finally:
+        api.delete(image_id)
+    assert image_id not in cluster.images(SECOND_POOL)
+
+
+@pytest.fixture
+def full_pool(cluster):
+    with cluster.pool_over_quota("import-quota") as pool:
+        yield pool
+
+
+def test_import_into_a_pool_over_quota_fails_as_stock_does(full_pool, new_glance_api, cluster):
+    """glance-direct into a full pool: the import fails on both servers and ends the same way,
+    and neither leaves an image in the pool. Stock blocks until its op timeout; native fails at
+    once with StorageFull."""
+    data = data_of(SIZE, seed=14)
+    outcome = {}
+    for server in ("native", "stock"):
+        with new_glance_api(f"import-quota-{server}", native=server == "native", pool=full_pool,
+                            timeout=5) as api:
+            image_id = api.create_image("import quota")
+            api.stage(image_id, data)
+            api.import_image(image_id, "glance-direct")
+            deadline = time.monotonic() + 120
+            while (task := api.tasks(image_id)[0])["status"] not in ("success", "failure"):
+                assert time.monotonic() < deadline, task
+                time.sleep(0.2)
+            image = api.image(image_id)
+            outcome[server] = {"task": task["status"], "image": image["status"],
+                               "size": image["size"], "checksum": image["checksum"]}
+            assert cluster.images(full_pool) == ["filler"]
+            if api.native:
+                assert f"Failed to store image {image_id} insufficient space available" \
+                    in api.log()
+            api.delete(image_id)
+    assert outcome["native"] == outcome["stock"]
+    assert outcome["native"]["task"] == "failure"
