@@ -25,7 +25,7 @@ CONTRACT = ["test_differential.py", "test_stock_bugs.py", "test_errors.py", "tes
 def test_contract_on_release(cluster, version):
     if version == stock_versions.VERSION_TEXT:
         pytest.skip(f"{version} is this interpreter's glance_store: the main run covers it")
-    python = venvs.ensure(version)
+    python = venvs.release(version)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["GLANCE_RBD_TEST_CLUSTER"] = str(cluster.root)
     result = subprocess.run(

@@ -1,19 +1,15 @@
 """End to end: real glance-api processes, switched to the native writer by GLANCE_RBD_NATIVE=1
 alone (or left stock), serving real client uploads into the throwaway cluster."""
 
-import hashlib
 import io
 import re
 import socket
 import struct
-import threading
-import time
 
 import pytest
-import glanceclient
 
-from harness.glance_api import BACKEND
-from support import SNAP, MiB, data_of
+from clients import CLIENTS, SIZE, assert_stored, upload, upload_at_once, wait_status
+from support import data_of
 
 pytestmark = [
     pytest.mark.cluster,
@@ -21,52 +17,6 @@ pytestmark = [
     # glanceclient's HTTP layer still imports cgi (Python 3.11 warns, 3.13 removed it).
     pytest.mark.filterwarnings("ignore:'cgi' is deprecated:DeprecationWarning"),
 ]
-
-# Not a multiple of the 8 MiB chunk: the last read is short.
-SIZE = 20 * MiB + 12345
-
-CLIENTS = ("glanceclient, size given", "glanceclient, no size", "http, content-length",
-           "http, chunked")
-
-
-def glance_client(api):
-    # No keystone: any token passes the unauthenticated pipeline.
-    return glanceclient.Client(endpoint=f"{api.url}/v2", token="unused")
-
-
-def upload(api, image_id, data, client):
-    """Uploads `data` the way `client` does; returns the HTTP status."""
-    if client.startswith("glanceclient"):
-        glance = glance_client(api)
-        size = len(data) if client.endswith("size given") else None
-        # glanceclient streams a file object with chunked transfer encoding.
-        resp, _ = glance.images.upload(image_id, io.BytesIO(data), image_size=size,
-                                       backend=BACKEND if api.multistore else None)
-        return resp.status_code
-    if client == "http, content-length":
-        return api.upload(image_id, io.BytesIO(data), size=len(data))[0]
-    # Pieces of odd sizes, so the server's reads straddle the client's chunks.
-    pieces = (data[i:i + 3 * MiB + 7] for i in range(0, len(data), 3 * MiB + 7))
-    return api.upload(image_id, pieces)[0]
-
-
-def assert_stored(api, cluster, image_id, data):
-    """Active with glance's size and digests of `data`, the same bytes back, and the log naming
-    the writer that stored it."""
-    image = api.image(image_id)
-    assert image["status"] == "active"
-    assert image["size"] == len(data)
-    assert image["checksum"] == hashlib.md5(data).hexdigest()
-    assert image["os_hash_algo"] == "sha512"
-    assert image["os_hash_value"] == hashlib.sha512(data).hexdigest()
-    if api.multistore:
-        assert image["stores"] == BACKEND
-    assert b"".join(glance_client(api).images.data(image_id)) == data
-    assert image_id in cluster.images()
-    assert SNAP in cluster.rbd("snap", "ls", f"{cluster.pool}/{image_id}")
-    native_line = f"stored image {image_id} with the native writer"
-    assert (native_line in api.log()) == api.native
-
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_upload(api, client, cluster, clean_pool):
@@ -117,19 +67,7 @@ def test_preforked_workers_leave_the_masters_connection_alone(glance_servers):
 def test_four_clients_at_once(server, glance_servers, cluster, clean_pool):
     api = glance_servers(server)
     sources = [data_of(SIZE + i, seed=100 + i) for i in range(4)]
-    ids = [api.create_image(f"e2e concurrent {i}") for i in range(4)]
-    statuses = [None] * 4
-    start = threading.Barrier(4)
-
-    def run(i):
-        start.wait()
-        statuses[i] = upload(api, ids[i], sources[i], CLIENTS[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
+    ids, statuses = upload_at_once(api, sources)
     try:
         assert statuses == [204] * 4
         for image_id, data in zip(ids, sources):
@@ -137,14 +75,6 @@ def test_four_clients_at_once(server, glance_servers, cluster, clean_pool):
     finally:
         for image_id in ids:
             api.delete(image_id)
-
-
-def wait_status(api, image_id, wanted, timeout=60):
-    deadline = time.monotonic() + timeout
-    while (status := api.image(image_id)["status"]) not in wanted:
-        assert time.monotonic() < deadline, f"image {image_id} still {status} after {timeout}s"
-        time.sleep(0.1)
-    return status
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])

@@ -19,13 +19,11 @@ import pathlib
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 
 from harness.cluster import free_port
 
-BIN = pathlib.Path(sys.executable).parent
-PASTE_INI = pathlib.Path(sysconfig.get_path("data")) / "etc/glance/glance-api-paste.ini"
+BIN = pathlib.Path(sys.executable).parent  # this virtualenv's glance, glance-manage, uwsgi
 TESTS = pathlib.Path(__file__).resolve().parents[1]  # on the server's path, for harness.*
 BACKEND = "ceph1"  # the default store of the multi-store configuration
 SECOND_BACKEND = "ceph2"  # its second rbd store, on pool SECOND_POOL, for copy-image
@@ -51,11 +49,17 @@ class GlanceApi:
     preconnect: (not lazy) the master also opens a native connection to the cluster before the
         fork, which the workers must leave alone.
     import_port: allow web-download from this loopback port.
+    server: "uwsgi", or "eventlet" for glance's own `glance-api` server (glance <= 32), which
+        loads the app, forks `processes` workers and runs each on eventlet's hub.
+    bin_dir: the bin directory of the virtualenv whose glance serves (default: this one's).
     """
 
     def __init__(self, root: pathlib.Path, ceph_conf: pathlib.Path, database: str, *, native: bool,
                  multistore=False, pool="images", timeout: int | None = None, lazy=True,
-                 preconnect=False, processes=2, threads=2, import_port: int | None = None):
+                 preconnect=False, processes=2, threads=2, import_port: int | None = None,
+                 server="uwsgi", bin_dir: pathlib.Path = BIN):
+        if server not in ("uwsgi", "eventlet"):
+            raise ValueError(f"unknown server {server!r}")
         self.root = pathlib.Path(root).resolve()
         self.ceph_conf = ceph_conf
         self.database = database
@@ -68,6 +72,8 @@ class GlanceApi:
         self.processes = processes
         self.threads = threads
         self.import_port = import_port
+        self.server = server
+        self.bin_dir = pathlib.Path(bin_dir)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.root / "glance-api.log"
@@ -80,18 +86,24 @@ class GlanceApi:
             (self.root / d).mkdir(parents=True, exist_ok=True)
         self._write_config()
         conf = self.root / "etc/glance-api.conf"
-        sync = subprocess.run([BIN / "glance-manage", "--config-file", conf, "db", "sync"],
+        sync = subprocess.run([self.bin_dir / "glance-manage", "--config-file", conf, "db", "sync"],
                               capture_output=True, text=True, timeout=120)
         if sync.returncode:
             raise GlanceApiError(f"glance-manage db sync failed:\n{sync.stderr[-3000:]}")
-        env = {k: v for k, v in os.environ.items() if k != "GLANCE_RBD_NATIVE"}
-        env["OS_GLANCE_CONFIG_DIR"] = str(self.root / "etc")
-        ini = self._write_uwsgi_ini()
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("GLANCE_RBD_NATIVE", "PYTHONPATH", "VIRTUAL_ENV")}
+        if self.server == "uwsgi":
+            cmd = [self.bin_dir / "uwsgi", "--ini", self._write_uwsgi_ini()]
+        else:
+            # As a systemd unit or kolla's container environment would set them.
+            env["PYTHONPATH"] = str(TESTS)
+            if self.native:
+                env["GLANCE_RBD_NATIVE"] = "1"
+            cmd = [self.bin_dir / "glance-api", "--config-file", conf]
         atexit.register(self.stop)  # don't leak the server if the caller dies first
-        with open(self.root / "uwsgi.log", "ab") as out:
+        with open(self.root / "server.log", "ab") as out:
             # Its own session: the test's Ctrl-C does not reach it, and stop() kills the group.
-            self._proc = subprocess.Popen([BIN / "uwsgi", "--ini", ini], env=env,
-                                          stdin=subprocess.DEVNULL, stdout=out,
+            self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT, start_new_session=True)
         try:
             self._wait_ready(60)
@@ -112,7 +124,7 @@ class GlanceApi:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(grace)
                 return
-        raise GlanceApiError(f"uWSGI (pid {proc.pid}) survived SIGKILL")
+        raise GlanceApiError(f"{self.server} (pid {proc.pid}) survived SIGKILL")
 
     def __enter__(self) -> GlanceApi:
         return self.start()
@@ -130,15 +142,15 @@ class GlanceApi:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def server_log(self) -> str:
-        """uWSGI's log: its start-up, the workers it spawned, one line per request."""
-        path = self.root / "uwsgi.log"
+        """The server's output: uWSGI's start-up, its workers, one line per request."""
+        path = self.root / "server.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
             if self._proc.poll() is not None:
-                out = (self.root / "uwsgi.log").read_text(errors="replace")[-3000:]
+                out = self.server_log()[-3000:]
                 raise GlanceApiError(f"glance-api exited with {self._proc.returncode}:\n{out}"
                                      f"\n{self.log()[-3000:]}")
             with contextlib.suppress(OSError):
@@ -210,7 +222,8 @@ class GlanceApi:
         if self.import_port:
             imports += f"allowed_hosts = [127.0.0.1]\nallowed_ports = [{self.import_port}]\n"
         (r / "etc/policy.yaml").write_text('"context_is_admin": "@"\n')
-        paste = PASTE_INI.read_text().replace(
+        paste_ini = self.bin_dir.parent / "etc/glance/glance-api-paste.ini"
+        paste = paste_ini.read_text().replace(
             "glance.api.middleware.context:UnauthenticatedContextMiddleware.factory",
             "harness.glance_context:ProjectContextMiddleware.factory")
         (r / "etc/glance-api-paste.ini").write_text(paste)
@@ -218,6 +231,9 @@ class GlanceApi:
 [DEFAULT]
 log_file = {self.log_path}
 use_stderr = false
+bind_host = 127.0.0.1
+bind_port = {self.port}
+workers = {self.processes}
 node_staging_uri = file://{r}/staging
 enabled_import_methods = [glance-direct, web-download, copy-image]
 {stores}

@@ -1,6 +1,6 @@
-"""Virtualenvs of other glance_store releases, as glance hosts have them: made from Debian's
-python3 with its site packages (the only way to see its rados and rbd modules), glance_store
-from PyPI, and the project's wheel installed as built, never rebuilt."""
+"""Virtualenvs of other glance_store and glance releases, as glance hosts have them: made from
+Debian's python3 with its site packages (the only way to see its rados and rbd modules), the
+release from PyPI, and the project's wheel installed as built, never rebuilt."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ VENVS = ROOT / ".venv-matrix"
 SYSTEM_PYTHON = "/usr/bin/python3"
 # Every release that operators run, each proved against its own stock driver; see the README.
 MATRIX = ("4.1.0", "4.3.3", "4.7.1", "4.9.1", "5.2.0", "5.7.0")
+# The newest glance with the eventlet `glance-api` server, with the glance_store and eventlet
+# that openstack/requirements pins for it (stable/2026.1).
+EVENTLET_GLANCE = "glance-32.0.0"
+EVENTLET_GLANCE_REQUIREMENTS = ["glance==32.0.0", "glance-store==5.4.0", "eventlet==0.40.4",
+                                "PyMySQL", "pyOpenSSL>=24"]
 
 
 def _parse(version: str) -> tuple[int, ...]:
@@ -42,11 +47,21 @@ def wheel() -> pathlib.Path:
     return found[0]
 
 
-def ensure(version: str) -> pathlib.Path:
-    """The virtualenv for `version` with the current wheel in it; made once, then reused."""
-    venv = VENVS / version
+def release(version: str) -> pathlib.Path:
+    """The python of the virtualenv of glance_store `version`."""
+    return ensure(version, requirements(version))
+
+
+def eventlet_glance() -> pathlib.Path:
+    """The bin directory of the virtualenv of EVENTLET_GLANCE."""
+    return ensure(EVENTLET_GLANCE, EVENTLET_GLANCE_REQUIREMENTS).parent
+
+
+def ensure(name: str, reqs: list[str]) -> pathlib.Path:
+    """The python of virtualenv `name` with `reqs` and the current wheel in it; made once, then
+    reused while `reqs` stay the same."""
+    venv = VENVS / name
     python = venv / "bin" / "python"
-    reqs = requirements(version)
     stamp = venv / ".requirements"
     wanted = "\n".join(reqs) + "\n"
     if not python.exists() or not stamp.exists() or stamp.read_text() != wanted:
@@ -73,4 +88,4 @@ def _run(*argv) -> None:
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or MATRIX:
-        print(ensure(name))
+        print(eventlet_glance() if name == EVENTLET_GLANCE else release(name))

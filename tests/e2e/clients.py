@@ -1,0 +1,83 @@
+"""Clients of the end-to-end tests: the ways images reach glance-api, and what a stored image
+must look like afterwards."""
+
+import hashlib
+import io
+import threading
+import time
+
+import glanceclient
+
+from harness.glance_api import BACKEND
+from support import SNAP, MiB
+
+# Not a multiple of the 8 MiB chunk: the last read is short.
+SIZE = 20 * MiB + 12345
+
+CLIENTS = ("glanceclient, size given", "glanceclient, no size", "http, content-length",
+           "http, chunked")
+
+
+def glance_client(api):
+    # No keystone: any token passes the unauthenticated pipeline.
+    return glanceclient.Client(endpoint=f"{api.url}/v2", token="unused")
+
+
+def upload(api, image_id, data, client):
+    """Uploads `data` the way `client` does; returns the HTTP status."""
+    if client.startswith("glanceclient"):
+        glance = glance_client(api)
+        size = len(data) if client.endswith("size given") else None
+        # glanceclient streams a file object with chunked transfer encoding.
+        resp, _ = glance.images.upload(image_id, io.BytesIO(data), image_size=size,
+                                       backend=BACKEND if api.multistore else None)
+        return resp.status_code
+    if client == "http, content-length":
+        return api.upload(image_id, io.BytesIO(data), size=len(data))[0]
+    # Pieces of odd sizes, so the server's reads straddle the client's chunks.
+    pieces = (data[i:i + 3 * MiB + 7] for i in range(0, len(data), 3 * MiB + 7))
+    return api.upload(image_id, pieces)[0]
+
+
+def assert_stored(api, cluster, image_id, data):
+    """Active with glance's size and digests of `data`, the same bytes back, and the log naming
+    the writer that stored it."""
+    image = api.image(image_id)
+    assert image["status"] == "active"
+    assert image["size"] == len(data)
+    assert image["checksum"] == hashlib.md5(data).hexdigest()
+    assert image["os_hash_algo"] == "sha512"
+    assert image["os_hash_value"] == hashlib.sha512(data).hexdigest()
+    if api.multistore:
+        assert image["stores"] == BACKEND
+    assert b"".join(glance_client(api).images.data(image_id)) == data
+    assert image_id in cluster.images()
+    assert SNAP in cluster.rbd("snap", "ls", f"{cluster.pool}/{image_id}")
+    native_line = f"stored image {image_id} with the native writer"
+    assert (native_line in api.log()) == api.native
+
+
+def upload_at_once(api, sources):
+    """One upload per source, all started together, each with another client; the statuses."""
+    ids = [api.create_image(f"e2e concurrent {i}") for i in range(len(sources))]
+    statuses = [None] * len(sources)
+    start = threading.Barrier(len(sources))
+
+    def run(i):
+        start.wait()
+        statuses[i] = upload(api, ids[i], sources[i], CLIENTS[i % len(CLIENTS)])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(sources))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    return ids, statuses
+
+
+def wait_status(api, image_id, wanted, timeout=60):
+    deadline = time.monotonic() + timeout
+    while (status := api.image(image_id)["status"]) not in wanted:
+        assert time.monotonic() < deadline, f"image {image_id} still {status} after {timeout}s"
+        time.sleep(0.1)
+    return status
