@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 SYSTEM_PYTHON := /usr/bin/python3
 APT_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev \
 	python3-rbd python3-rados python3-venv python3-dev gcc pkg-config libssl-dev valgrind \
-	mariadb-server-core
+	mariadb-server-core debootstrap
 PIP_PACKAGES := maturin "pytest>=7" "hypothesis>=6" glance-store==5.7.0 numpy vermin
 # The end-to-end layer: a real glance-api (WSGI app served by uWSGI, catalogue in MariaDB) and
 # a real client. pip's cryptography breaks Debian's pyOpenSSL in a --system-site-packages venv;
@@ -45,7 +45,7 @@ demo: build ## Boot a throwaway cluster; upload one image through the stock and 
 bench: build ## Every performance target, side by side, medians of 3 rounds (about 10 min)
 	$(PY) benchmarks/bench.py
 
-test: build check-py39 test-rust test-python ## Everything: cargo tests, then pytest on a throwaway cluster (every glance_store release)
+test: build check-py39 test-rust test-python ## Everything: cargo tests, then pytest on a throwaway cluster (every glance_store release, every server)
 
 test-rust: deps
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo test --quiet

@@ -1,0 +1,56 @@
+"""Debian 12's packaged glance-api in a Debian root, with the project's wheel installed into
+Debian's python3, on the session's cluster, its catalogue in a MariaDB of the host. The root
+(tests/harness/debian_root.py) is built once and cached; the wheel is installed anew each run."""
+
+import pytest
+
+from harness import venvs
+from harness.debian_glance import DebianGlanceApi
+from harness.debian_root import DebianRoot
+from harness.mariadb import MariaDB
+
+
+@pytest.fixture(scope="session")
+def mariadb(tmp_path_factory):
+    root = tmp_path_factory.mktemp("distro-mariadb")
+    root.chmod(0o755)  # glance-api runs as user glance: it must reach the socket in here
+    with MariaDB(root) as db:
+        yield db
+
+
+@pytest.fixture(scope="session")
+def debian_root(cluster, mariadb):
+    """The cached root, with the cluster's directory (read-only) and MariaDB's mounted at
+    their own paths inside."""
+    root = DebianRoot.ensure(binds=[cluster.root, mariadb.root], read_only=[cluster.root])
+    try:
+        root.install_wheel(venvs.wheel())
+        yield root
+    finally:
+        root.close()
+
+
+@pytest.fixture(scope="session")
+def debian_glance(debian_root, cluster, mariadb, tmp_path_factory):
+    """Starts Debian's glance-api in a configuration, each with a database of its own; the one
+    running before is stopped first: they share the root's /etc/glance and log."""
+    running = []
+
+    def stop_all():
+        while running:
+            running[-1].stop()  # forgotten only once stopped
+            running.pop()
+
+    def start(name, **config):
+        stop_all()
+        work = tmp_path_factory.mktemp(f"debian-{name}")
+        database = mariadb.create_database(work.name.replace("-", "_"))
+        api = DebianGlanceApi(work, debian_root, cluster.conf_path, database, pool=cluster.pool,
+                              **config)
+        running.append(api)
+        return api.start()
+
+    yield start
+    stop_all()
+    # Every server runs in its own process group, stopped by pid: none may outlive the tests.
+    assert not debian_root.processes(), "processes left running in the Debian root"

@@ -1,0 +1,260 @@
+"""A Debian root made with debootstrap, cached between runs, and commands run inside it.
+
+Debian's packaged glance-api puts some 180 python3 packages into the system Python, which every
+`--system-site-packages` virtualenv of the host would then see: it lives in a root of its own.
+The root is built once per package list and preseeds, into a temporary directory renamed into
+place when complete (an interrupted build is never used), under /var/cache, outside the
+checkout. It shares the host's network, so the host's throwaway cluster on 127.0.0.1 is
+reachable from it.
+
+Every command runs in a mount namespace of its own (`unshare --mount --propagation private`):
+/proc, /dev, /sys, a fresh /tmp and the bind mounts are made there and vanish with its last
+process, so nothing stays mounted on any exit path. `chroot ... env -i` keeps the host's
+environment (pyenv, CEPH_ARGS, PYTHONPATH) out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import pathlib
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+# A Debian 12 host as operators keep one: the release with its point and security updates.
+SOURCES = f"""\
+deb {MIRROR} {SUITE} main
+deb {MIRROR} {SUITE}-updates main
+deb http://deb.debian.org/debian-security {SUITE}-security main
+"""
+# glance-api brings glance, glance_store and uWSGI's python3 plugin (it depends on them);
+# the rbd driver needs the rados and rbd modules, the catalogue PyMySQL, the wheel numpy and
+# pip. openstack-pkg-tools holds the helpers with which the init script reads uWSGI's bind
+# address from a service's configuration.
+PACKAGES = ("glance-api", "python3-rbd", "python3-rados", "python3-pymysql", "python3-numpy",
+            "python3-pip", "openstack-pkg-tools")
+# No database, message queue or keystone set-up at install time: the tests configure glance.
+PRESEEDS = """\
+glance-common glance/configure_db boolean false
+glance-common glance/configure_rabbit boolean false
+glance-common glance/configure_ksat boolean false
+glance-common glance-common/dbconfig-install boolean false
+glance-api glance/configure_api-endpoint boolean false
+"""
+CACHE = pathlib.Path(os.environ.get("GLANCE_RBD_ROOTS", "/var/cache/glance-rbd-native/roots"))
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MOUNT = """\
+set -e
+r=$1; shift
+mount -t proc proc "$r/proc"
+mount --rbind /dev "$r/dev"
+mount -t sysfs sysfs "$r/sys"
+mount -t tmpfs -o mode=1777 tmpfs "$r/tmp"
+"""
+
+
+class RootError(RuntimeError):
+    pass
+
+
+def key() -> str:
+    """What the cached root is made of, as a short hash: a change of any of it builds anew."""
+    recipe = "\n".join([SUITE, SOURCES, " ".join(PACKAGES), PRESEEDS])
+    return hashlib.sha256(recipe.encode()).hexdigest()[:12]
+
+
+class DebianRoot:
+    """A built root at `path`. binds: host directories mounted at the same path inside
+    (read-only when listed in `read_only`)."""
+
+    def __init__(self, path: pathlib.Path, binds=(), read_only=()):
+        self.path = pathlib.Path(path)
+        self.binds = [pathlib.Path(b).resolve() for b in binds]
+        self.read_only = {pathlib.Path(b).resolve() for b in read_only}
+        self.build_seconds: float | None = None
+
+    @classmethod
+    def ensure(cls, **kwargs) -> DebianRoot:
+        """The cached root, built first if missing. Holds a lock on it for the life of the
+        process: tests rewrite its configuration, so two runs must not use it at once."""
+        CACHE.mkdir(parents=True, exist_ok=True)
+        final = CACHE / f"{SUITE}-{key()}"
+        lock = open(CACHE / f"{final.name}.lock", "w")  # noqa: SIM115 (held until close())
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another run to finish with {final}", file=sys.stderr)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        root = cls(final, **kwargs)
+        root._lock = lock
+        try:
+            if not (final / ".complete").exists():
+                root.build_seconds = _build(final)
+        except BaseException:
+            root.close()
+            raise
+        return root
+
+    def close(self) -> None:
+        """Lets other runs use the root."""
+        lock, self._lock = getattr(self, "_lock", None), None
+        if lock is not None:
+            lock.close()
+
+    # -- running commands ------------------------------------------------------------------
+
+    def command(self, argv, *, user: str | None = None, env: dict | None = None,
+                cwd: str = "/") -> list[str]:
+        """The host argv that runs `argv` inside the root, as `user` (default root), with only
+        PATH, HOME, LANG and `env` in its environment."""
+        script = MOUNT
+        for src in self.binds:
+            quoted = shlex.quote(str(src))
+            script += f'mkdir -p "$r"{quoted}\nmount --bind {quoted} "$r"{quoted}\n'
+            if src in self.read_only:
+                script += f'mount -o remount,bind,ro "$r"{quoted}\n'
+        script += 'exec chroot "$@"\n'
+        home = "/root"
+        chroot = []
+        if user:
+            uid, gid, home = self.user(user)
+            chroot.append(f"--userspec={uid}:{gid}")
+            chroot.append(f"--groups={gid}")
+        variables = {"PATH": PATH, "HOME": home, "LANG": "C.UTF-8", **(env or {})}
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script,
+                "sh", str(self.path), *chroot, str(self.path), "/usr/bin/env", "-i", "-C", cwd,
+                *(f"{k}={v}" for k, v in variables.items()), *map(str, argv)]
+
+    def run(self, *argv, user=None, env=None, cwd="/", timeout=600, check=True
+            ) -> subprocess.CompletedProcess:
+        res = subprocess.run(self.command(argv, user=user, env=env, cwd=cwd),
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=timeout)
+        if check and res.returncode:
+            raise RootError(f"{' '.join(map(str, argv))} in {self.path}: exit {res.returncode}\n"
+                            f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
+        return res
+
+    def popen(self, argv, *, user=None, env=None, cwd="/", stdout=None) -> subprocess.Popen:
+        """Starts a long-lived process in its own session; its pid is the process itself
+        (unshare, sh and chroot each exec the next)."""
+        return subprocess.Popen(self.command(argv, user=user, env=env, cwd=cwd),
+                                stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def processes(self) -> list[int]:
+        """The pids of the processes running inside the root."""
+        found = []
+        for entry in pathlib.Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and os.readlink(entry / "root") == str(self.path):
+                    found.append(int(entry.name))
+        return found
+
+    # -- files -----------------------------------------------------------------------------
+
+    def file(self, path: str) -> pathlib.Path:
+        """The host's path of `path` inside the root."""
+        return self.path / path.lstrip("/")
+
+    def write(self, path: str, text: str, *, owner="root", group="root", mode=0o644) -> None:
+        target = self.file(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        os.chown(target, self.user(owner)[0], self.group(group))
+        target.chmod(mode)
+
+    def user(self, name: str) -> tuple[int, int, str]:
+        """uid, gid and home of a user of the root (not the host's)."""
+        for line in self.file("/etc/passwd").read_text().splitlines():
+            fields = line.split(":")
+            if fields[0] == name:
+                return int(fields[2]), int(fields[3]), fields[5]
+        raise KeyError(f"no user {name} in {self.path}")
+
+    def group(self, name: str) -> int:
+        for line in self.file("/etc/group").read_text().splitlines():
+            fields = line.split(":")
+            if fields[0] == name:
+                return int(fields[2])
+        raise KeyError(f"no group {name} in {self.path}")
+
+    def install_wheel(self, wheel: pathlib.Path) -> None:
+        """Installs the wheel as built into Debian's python3, as an operator of a packaged
+        glance would (/usr/local, no dependencies: numpy is Debian's)."""
+        inside = f"/root/wheels/{wheel.name}"
+        shutil.rmtree(self.file("/root/wheels"), ignore_errors=True)
+        self.file("/root/wheels").mkdir(parents=True)
+        shutil.copy2(wheel, self.file(inside))
+        self.run("python3", "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                 "--force-reinstall", "--break-system-packages", "--root-user-action=ignore",
+                 inside)
+
+    def versions(self, *packages: str) -> dict[str, str]:
+        """Debian's versions of installed packages."""
+        out = self.run("dpkg-query", "-W", "-f", "${Package} ${Version}\n", *packages).stdout
+        return dict(line.split(" ", 1) for line in out.splitlines())
+
+
+def _build(final: pathlib.Path) -> float:
+    """debootstrap, then the packages; returns the seconds it took."""
+    if shutil.which("debootstrap") is None:
+        raise RootError("building the Debian root needs debootstrap (apt-get install debootstrap)")
+    t0 = time.monotonic()
+    partial = final.with_name(final.name + ".partial")
+    _remove(partial)
+    _remove(final)
+    partial.mkdir()
+    print(f"building the Debian root {final} (a few minutes, once)", file=sys.stderr)
+    # debootstrap mounts /proc and /sys in the target itself: in a namespace of its own, they
+    # go when it does, however it ends.
+    _check(["unshare", "--mount", "--propagation", "private", "--", "debootstrap",
+            "--variant=minbase", SUITE, str(partial), MIRROR])
+    root = DebianRoot(partial)
+    # No package may start a service.
+    root.write("/usr/sbin/policy-rc.d", "#!/bin/sh\nexit 101\n", mode=0o755)
+    root.write("/etc/apt/sources.list", SOURCES)
+    root.write("/root/preseed", PRESEEDS)
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    root.run("debconf-set-selections", "/root/preseed", env=env)
+    root.run("apt-get", "update", "-qq", env=env)
+    root.run("apt-get", "install", "-y", "-qq", "--no-install-recommends",
+             "-o", "Dpkg::Options::=--force-confold", *PACKAGES, env=env, timeout=1800)
+    root.run("apt-get", "clean", env=env)
+    root.file("/root/preseed").unlink()
+    (partial / ".complete").write_text(" ".join(PACKAGES) + "\n")
+    partial.rename(final)
+    return time.monotonic() - t0
+
+
+def _remove(path: pathlib.Path) -> None:
+    """Removes an old or partial root, refusing if anything is mounted inside it (rmtree would
+    go through a bind mount of the host's /dev)."""
+    if not path.exists():
+        return
+    prefix = str(path.resolve()) + "/"
+    with open("/proc/self/mountinfo") as mounts:
+        inside = [line.split()[4] for line in mounts if (line.split()[4] + "/").startswith(prefix)]
+    if inside:
+        raise RootError(f"refusing to remove {path}: mounted inside it: {inside}")
+    shutil.rmtree(path)
+
+
+def _check(argv) -> None:
+    res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if res.returncode:
+        raise RootError(f"{' '.join(argv)}: exit {res.returncode}\n"
+                        f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        built = DebianRoot.ensure()
+        print(built.path, f"built in {built.build_seconds:.0f}s" if built.build_seconds else "")
