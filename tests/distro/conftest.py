@@ -22,6 +22,9 @@ def mariadb(tmp_path_factory):
 def debian_root(cluster, mariadb):
     """The cached root, with the cluster's directory (read-only) and MariaDB's mounted at
     their own paths inside."""
+    # glance-api runs as user glance: it must reach ceph.conf and the keyring (0644) in the
+    # cluster's directory, which the session made private (mkdtemp: 0700).
+    cluster.root.chmod(0o755)
     root = DebianRoot.ensure(binds=[cluster.root, mariadb.root], read_only=[cluster.root])
     try:
         root.install_wheel(venvs.wheel())
