@@ -9,7 +9,7 @@ import time
 import glanceclient
 
 from harness.glance_api import BACKEND
-from support import SNAP, MiB
+from support import SNAP, MiB, data_of
 
 # Not a multiple of the 8 MiB chunk: the last read is short.
 SIZE = 20 * MiB + 12345
@@ -57,9 +57,23 @@ def assert_stored(api, cluster, image_id, data):
     assert (native_line in api.log()) == api.native
 
 
-def upload_at_once(api, sources):
-    """One upload per source, all started together, each with another client; the statuses."""
-    ids = [api.create_image(f"e2e concurrent {i}") for i in range(len(sources))]
+def check_upload(api, cluster, data, client):
+    """Uploads `data` into a new image the way `client` does, checks it stored, and deletes it
+    through glance, which must remove the rbd image too. The image's id."""
+    image_id = api.create_image(f"upload {client}")
+    try:
+        assert upload(api, image_id, data, client) == 204
+        assert_stored(api, cluster, image_id, data)
+    finally:
+        api.delete(image_id)
+    assert image_id not in cluster.images()
+    return image_id
+
+
+def check_four_at_once(api, cluster, seed):
+    """Four uploads started together, each by another client: all stored, then deleted."""
+    sources = [data_of(SIZE + i, seed=seed + i) for i in range(4)]
+    ids = [api.create_image(f"concurrent {i}") for i in range(len(sources))]
     statuses = [None] * len(sources)
     start = threading.Barrier(len(sources))
 
@@ -72,7 +86,13 @@ def upload_at_once(api, sources):
         t.start()
     for t in threads:
         t.join(300)
-    return ids, statuses
+    try:
+        assert statuses == [204] * 4
+        for image_id, data in zip(ids, sources):
+            assert_stored(api, cluster, image_id, data)
+    finally:
+        for image_id in ids:
+            api.delete(image_id)
 
 
 def wait_status(api, image_id, wanted, timeout=60):

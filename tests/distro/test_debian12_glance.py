@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from clients import CLIENTS, SIZE, assert_stored, upload, upload_at_once, wait_status
+from clients import (CLIENTS, SIZE, assert_stored, check_four_at_once, check_upload, upload,
+                     wait_status)
 from support import MiB, data_of
 
 pytestmark = [
@@ -103,27 +104,12 @@ def test_started_as_debian_does(api, debian_root):
 def test_upload(api, client, cluster, clean_pool):
     """Active with the size, md5 and sha512 of the source, the same bytes back, and glance-api's
     log naming the native writer."""
-    data = data_of(SIZE, seed=len(client))
-    image_id = api.create_image(f"debian {client}")
-    try:
-        assert upload(api, image_id, data, client) == 204
-        assert_stored(api, cluster, image_id, data)
-    finally:
-        api.delete(image_id)
-    assert image_id not in cluster.images()
+    check_upload(api, cluster, data_of(SIZE, seed=len(client)), client)
 
 
 @pytest.mark.parametrize("api", NATIVE, indirect=True)
 def test_four_at_once(api, cluster, clean_pool):
-    sources = [data_of(SIZE + i, seed=400 + i) for i in range(4)]
-    ids, statuses = upload_at_once(api, sources)
-    try:
-        assert statuses == [204] * 4
-        for image_id, data in zip(ids, sources):
-            assert_stored(api, cluster, image_id, data)
-    finally:
-        for image_id in ids:
-            api.delete(image_id)
+    check_four_at_once(api, cluster, seed=400)
 
 
 @pytest.mark.parametrize("piece", ODD_PIECES)
@@ -162,13 +148,7 @@ def test_odd_chunks_under_debians_uwsgi(api, size, piece, cluster, clean_pool):
 def test_stock_under_debians_uwsgi_in_8_mib_chunks(api, client, cluster, clean_pool):
     """What stock still stores under uWSGI: glanceclient's 1 MiB chunks add up to exactly 8 MiB,
     and a body with Content-Length is read 8 MiB at a time into an image of its size."""
-    data = data_of(SIZE, seed=600 + len(client))
-    image_id = api.create_image(f"debian uwsgi stock {client}")
-    try:
-        assert upload(api, image_id, data, client) == 204
-        assert_stored(api, cluster, image_id, data)
-    finally:
-        api.delete(image_id)
+    check_upload(api, cluster, data_of(SIZE, seed=600 + len(client)), client)
 
 
 @pytest.mark.parametrize("api", ["eventlet-unexported"], indirect=True)

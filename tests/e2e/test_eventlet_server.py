@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from clients import CLIENTS, SIZE, assert_stored, upload, upload_at_once, wait_status
+from clients import CLIENTS, SIZE, check_four_at_once, check_upload, wait_status
 from harness import venvs
 from support import MiB, data_of
 
@@ -38,28 +38,12 @@ def eventlet_servers(new_glance_api):
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("server", ["native", "stock"])
 def test_upload(server, client, eventlet_servers, cluster, clean_pool):
-    api = eventlet_servers(server)
-    data = data_of(SIZE, seed=len(client))
-    image_id = api.create_image(f"eventlet {client}")
-    try:
-        assert upload(api, image_id, data, client) == 204
-        assert_stored(api, cluster, image_id, data)
-    finally:
-        api.delete(image_id)
+    check_upload(eventlet_servers(server), cluster, data_of(SIZE, seed=len(client)), client)
 
 
 @pytest.mark.parametrize("server", ["native", "stock"])
 def test_four_clients_at_once(server, eventlet_servers, cluster, clean_pool):
-    api = eventlet_servers(server)
-    sources = [data_of(SIZE + i, seed=200 + i) for i in range(4)]
-    ids, statuses = upload_at_once(api, sources)
-    try:
-        assert statuses == [204] * 4
-        for image_id, data in zip(ids, sources):
-            assert_stored(api, cluster, image_id, data)
-    finally:
-        for image_id in ids:
-            api.delete(image_id)
+    check_four_at_once(eventlet_servers(server), cluster, seed=200)
 
 
 def test_osd_stopped_mid_upload(eventlet_servers, cluster, clean_pool):

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from clients import CLIENTS, SIZE, assert_stored, upload, upload_at_once, wait_status
+from clients import CLIENTS, SIZE, check_four_at_once, check_upload, wait_status
 from support import data_of
 
 pytestmark = [
@@ -21,19 +21,13 @@ pytestmark = [
 @pytest.mark.parametrize("client", CLIENTS)
 def test_upload(api, client, cluster, clean_pool):
     data = data_of(SIZE, seed=len(client))
-    image_id = api.create_image(f"e2e {client}")
-    try:
-        assert upload(api, image_id, data, client) == 204
-        assert_stored(api, cluster, image_id, data)
-        if api.native:
-            # glance passes a size the client gave on to the store: no growth steps then.
-            resizes = re.search(rf"stored image {image_id} with the native writer: "
-                                rf"\d+ bytes in [\d.]+s, (\d+) resizes", api.log())
-            sized = client in ("glanceclient, size given", "http, content-length")
-            assert (int(resizes.group(1)) == 0) == sized
-    finally:
-        api.delete(image_id)
-    assert image_id not in cluster.images()
+    image_id = check_upload(api, cluster, data, client)
+    if api.native:
+        # glance passes a size the client gave on to the store: no growth steps then.
+        resizes = re.search(rf"stored image {image_id} with the native writer: "
+                            rf"\d+ bytes in [\d.]+s, (\d+) resizes", api.log())
+        sized = client in ("glanceclient, size given", "http, content-length")
+        assert (int(resizes.group(1)) == 0) == sized
 
 
 def test_switch_decides_the_driver(native_api, stock_api):
@@ -66,16 +60,7 @@ def test_preforked_workers_leave_the_masters_connection_alone(glance_servers):
 
 @pytest.mark.parametrize("server", ["native", "stock"])
 def test_four_clients_at_once(server, glance_servers, cluster, clean_pool):
-    api = glance_servers(server)
-    sources = [data_of(SIZE + i, seed=100 + i) for i in range(4)]
-    ids, statuses = upload_at_once(api, sources)
-    try:
-        assert statuses == [204] * 4
-        for image_id, data in zip(ids, sources):
-            assert_stored(api, cluster, image_id, data)
-    finally:
-        for image_id in ids:
-            api.delete(image_id)
+    check_four_at_once(glance_servers(server), cluster, seed=100)
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
