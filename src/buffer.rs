@@ -3,14 +3,16 @@
 //! `bytes` is immutable, so it is kept alive and read in place. Mutable buffers (bytearray,
 //! memoryview, numpy arrays) are copied once while attached, so a caller that reuses its buffer
 //! cannot change data that is still in flight.
+//!
+//! Built against the limited API of CPython 3.9 (abi3), which has no buffer protocol in C
+//! (`PyObject_GetBuffer` came to it in 3.11): other exporters are read through `memoryview`.
 
 use std::sync::Arc;
 
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
-use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
 
 use crate::aio::Buffer;
 
@@ -36,22 +38,36 @@ impl AsRef<[u8]> for HeldBytes {
 
 pub fn extract(data: &Bound<'_, PyAny>) -> PyResult<Buffer> {
     if let Ok(bytes) = data.cast::<PyBytes>() {
-        let slice = bytes.as_bytes();
-        return Ok(Arc::new(HeldBytes {
-            ptr: slice.as_ptr(),
-            len: slice.len(),
-            _owner: bytes.clone().unbind(),
-        }));
+        return Ok(hold(bytes.clone()));
     }
     if let Ok(array) = data.cast::<PyUntypedArray>() {
         return copy_array(array);
     }
-    if data.is_instance_of::<pyo3::types::PyString>() {
+    if let Ok(bytearray) = data.cast::<PyByteArray>() {
+        return Ok(Arc::new(bytearray.to_vec()));
+    }
+    if data.is_instance_of::<PyString>() {
         return Err(PyTypeError::new_err(
             "write() needs bytes-like data, not str",
         ));
     }
-    let buffer = PyBuffer::<u8>::get(data).map_err(|_| {
+    copy_view(data)
+}
+
+fn hold(bytes: Bound<'_, PyBytes>) -> Buffer {
+    let slice = bytes.as_bytes();
+    Arc::new(HeldBytes {
+        ptr: slice.as_ptr(),
+        len: slice.len(),
+        _owner: bytes.unbind(),
+    })
+}
+
+/// Any other buffer exporter, as a memoryview of bytes: copied once into a `bytes` (`tobytes`),
+/// which is then held like any other, and the view released at once so that the exporter may
+/// resize again.
+fn copy_view(data: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+    let view = PyMemoryView::from(data).map_err(|_| {
         PyTypeError::new_err(format!(
             "write() needs bytes, bytearray, memoryview or a numpy uint8 array, not {}",
             data.get_type()
@@ -59,10 +75,22 @@ pub fn extract(data: &Bound<'_, PyAny>) -> PyResult<Buffer> {
                 .map_or_else(|_| "?".into(), |n| n.to_string())
         ))
     })?;
-    if !buffer.is_c_contiguous() {
+    let copied = check_view(&view).and_then(|()| view.call_method0("tobytes"));
+    view.call_method0("release")?;
+    Ok(hold(copied?.cast_into::<PyBytes>()?))
+}
+
+fn check_view(view: &Bound<'_, PyMemoryView>) -> PyResult<()> {
+    if !view.getattr("c_contiguous")?.is_truthy()? {
         return Err(PyValueError::new_err("write() needs a contiguous buffer"));
     }
-    Ok(Arc::new(buffer.to_vec(data.py())?))
+    let format: String = view.getattr("format")?.extract()?;
+    if !matches!(format.as_str(), "B" | "b" | "c") {
+        return Err(PyTypeError::new_err(format!(
+            "write() needs a buffer of bytes, not of items of format {format:?}"
+        )));
+    }
+    Ok(())
 }
 
 fn copy_array(array: &Bound<'_, PyUntypedArray>) -> PyResult<Buffer> {

@@ -79,3 +79,63 @@ def test_environment_switch_after_driver_import():
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
                          text=True, timeout=60, env={**os.environ, "GLANCE_RBD_NATIVE": "1"})
     assert out.stdout.strip() == "True"
+
+
+# Run in a mount namespace of its own, where an overlay over the library directory deletes
+# librbd and librados: what a glance host without Ceph's client libraries looks like.
+WITHOUT_CEPH = """\
+set -e
+mount -t tmpfs tmpfs "$TMPDIR"
+mkdir "$TMPDIR/upper" "$TMPDIR/work"
+mount -t overlay overlay -o "lowerdir=$LIBDIR,upperdir=$TMPDIR/upper,workdir=$TMPDIR/work" "$LIBDIR"
+rm "$LIBDIR"/librbd.so* "$LIBDIR"/librados.so*
+exec "$@"
+"""
+
+NO_CEPH_PROBE = textwrap.dedent("""
+    import logging, sys
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                        format="%(levelname)s %(name)s %(message)s")
+    from glance_store._drivers import rbd
+    print("stock rbd module:", rbd.rbd)
+    import glance_rbd_native
+    print("patched:", glance_rbd_native.is_patched())
+    try:
+        glance_rbd_native.RbdWriter
+    except ImportError as exc:
+        print("RbdWriter:", exc)
+""")
+
+
+def library_dir(name):
+    """The directory this process loaded `name` from."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if os.path.basename(path).startswith(name):
+                return os.path.dirname(os.path.realpath(path))
+    raise LookupError(f"{name} is not loaded")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mount namespaces need root")
+def test_a_host_without_ceph_libraries_keeps_the_stock_driver(tmp_path):
+    """With the switch on and no librbd, the interpreter starts, glance_store's rbd driver
+    imports as stock does there (without its rbd module), and the switch logs why it stays
+    stock; the native names raise the loader's error when used."""
+    assert glance_rbd_native.RbdWriter  # loads librbd here, to find where it lives
+    env = {**os.environ, "GLANCE_RBD_NATIVE": "1", "TMPDIR": str(tmp_path),
+           "LIBDIR": library_dir("librbd.so")}
+    run = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", WITHOUT_CEPH, "sh",
+         sys.executable, "-c", NO_CEPH_PROBE],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""  # in particular, no traceback from the .pth file
+    missing = "librbd.so.1: cannot open shared object file: No such file or directory"
+    assert run.stdout.splitlines() == [
+        f"WARNING glance_rbd_native.switch glance-rbd-native: the native module cannot be "
+        f"loaded ({missing}); the rbd driver stays stock",
+        "stock rbd module: None",
+        "patched: False",
+        f"RbdWriter: {missing}",
+    ]

@@ -1,7 +1,9 @@
 """RbdWriter on the real cluster: accepted inputs, sizes, thin writes, clean-up, bad input."""
 
+import array
 import errno
 import hashlib
+import mmap
 
 import numpy as np
 import pytest
@@ -31,7 +33,13 @@ def open_writer(cluster):
     return make
 
 
-@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview", "numpy"])
+def anonymous_map(data):
+    mapped = mmap.mmap(-1, len(data))
+    mapped.write(data)
+    return mapped
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview", "numpy", "array", "mmap"])
 def test_accepts_buffer_kinds(open_writer, clean_pool, kind):
     data = data_of(3 * MiB + 11)
     convert = {
@@ -39,6 +47,8 @@ def test_accepts_buffer_kinds(open_writer, clean_pool, kind):
         "bytearray": bytearray,
         "memoryview": memoryview,
         "numpy": lambda b: np.frombuffer(b, dtype=np.uint8),
+        "array": lambda b: array.array("B", b),
+        "mmap": anonymous_map,
     }[kind]
     name = new_name()
     with open_writer(name, len(data), snapshot=SNAP) as writer:
@@ -159,13 +169,19 @@ def test_write_past_known_size_aborts(open_writer, clean_pool):
     assert name not in clean_pool.names()
 
 
-@pytest.mark.parametrize("bad", ["text", 12, None, np.zeros(4, dtype=np.int32)],
-                         ids=["str", "int", "none", "int32-array"])
-def test_wrong_data_types(open_writer, clean_pool, bad):
+@pytest.mark.parametrize("bad, message", [
+    ("text", "not str"),
+    (12, "not int"),
+    (None, "not NoneType"),
+    (np.zeros(4, dtype=np.int32), "dtype uint8, not int32"),
+    (array.array("I", [1, 2]), 'not of items of format "I"'),
+], ids=["str", "int", "none", "int32-array", "uint32-array"])
+def test_wrong_data_types(open_writer, clean_pool, bad, message):
     name = new_name()
     with open_writer(name) as writer:
-        with pytest.raises(TypeError):
+        with pytest.raises(TypeError, match=message):
             writer.write(bad)
+        assert writer.bytes_written == 0
     clean_pool.remove(name)
 
 

@@ -2,23 +2,32 @@
 
 Importing this package changes nothing. ``patch()`` (or ``GLANCE_RBD_NATIVE=1`` in the
 environment of glance-api) makes glance_store's rbd driver upload through ``RbdWriter``.
+
+The native module links librbd and librados; it is loaded on first use of a name it defines,
+not on import, so that the start-up switch works on a host without the Ceph libraries: it then
+logs why and keeps the stock driver.
 """
 
-from glance_rbd_native._native import (
-    DEFAULT_MAX_IN_FLIGHT,
-    ZERO_BLOCK,
-    ConnectError,
-    ImageExists,
-    NoSpace,
-    NotFound,
-    RbdError,
-    RbdWriter,
-    connection_count,
-    native_digests,
-)
+import importlib
+from typing import TYPE_CHECKING
+
 from glance_rbd_native.patching import is_patched, patch, unpatch
 
-__all__ = [
+if TYPE_CHECKING:
+    from glance_rbd_native._native import (  # noqa: F401
+        DEFAULT_MAX_IN_FLIGHT,
+        ZERO_BLOCK,
+        ConnectError,
+        ImageExists,
+        NoSpace,
+        NotFound,
+        RbdError,
+        RbdWriter,
+        connection_count,
+        native_digests,
+    )
+
+_NATIVE = (
     "DEFAULT_MAX_IN_FLIGHT",
     "ZERO_BLOCK",
     "ConnectError",
@@ -29,7 +38,14 @@ __all__ = [
     "RbdWriter",
     "connection_count",
     "native_digests",
-    "is_patched",
-    "patch",
-    "unpatch",
-]
+)
+
+__all__ = [*_NATIVE, "is_patched", "patch", "unpatch"]
+
+
+def __getattr__(name):
+    if name in _NATIVE:
+        value = getattr(importlib.import_module("glance_rbd_native._native"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,6 +34,9 @@ def _patch():
         from glance_rbd_native.patching import patch
 
         patch()
+    except ImportError as exc:  # e.g. no librbd.so.1 on this host
+        LOG.warning("glance-rbd-native: the native module cannot be loaded (%s); the rbd driver "
+                    "stays stock", exc)
     except Exception:  # start-up must go on with the stock driver
         LOG.exception("glance-rbd-native: could not patch the rbd driver; it stays stock")
 

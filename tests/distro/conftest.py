@@ -6,7 +6,7 @@ import pytest
 
 from harness import venvs
 from harness.debian_glance import DebianGlanceApi
-from harness.debian_root import DebianRoot
+from harness.debian_root import BOOKWORM, DebianRoot
 from harness.mariadb import MariaDB
 
 
@@ -25,7 +25,7 @@ def debian_root(cluster, mariadb):
     # glance-api runs as user glance: it must reach ceph.conf and the keyring (0644) in the
     # cluster's directory, which the session made private (mkdtemp: 0700).
     cluster.root.chmod(0o755)
-    root = DebianRoot.ensure(binds=[cluster.root, mariadb.root], read_only=[cluster.root])
+    root = DebianRoot.ensure(BOOKWORM, binds=[cluster.root, mariadb.root], read_only=[cluster.root])
     try:
         root.install_wheel(venvs.wheel())
         yield root

@@ -25,21 +25,9 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
-SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-# A Debian 12 host as operators keep one: the release with its point and security updates.
-SOURCES = f"""\
-deb {MIRROR} {SUITE} main
-deb {MIRROR} {SUITE}-updates main
-deb http://deb.debian.org/debian-security {SUITE}-security main
-"""
-# glance-api brings glance, glance_store and uWSGI's python3 plugin (it depends on them);
-# the rbd driver needs the rados and rbd modules, the catalogue PyMySQL, the wheel numpy and
-# pip. openstack-pkg-tools holds the helpers with which the init script reads uWSGI's bind
-# address from a service's configuration.
-PACKAGES = ("glance-api", "python3-rbd", "python3-rados", "python3-pymysql", "python3-numpy",
-            "python3-pip", "openstack-pkg-tools")
 # No database, message queue or keystone set-up at install time: the tests configure glance.
 PRESEEDS = """\
 glance-common glance/configure_db boolean false
@@ -48,6 +36,40 @@ glance-common glance/configure_ksat boolean false
 glance-common glance-common/dbconfig-install boolean false
 glance-api glance/configure_api-endpoint boolean false
 """
+# glance-api brings glance, glance_store and uWSGI's python3 plugin (it depends on them);
+# the rbd driver needs the rados and rbd modules, the catalogue PyMySQL, the wheel numpy and
+# pip. openstack-pkg-tools holds the helpers with which the init script reads uWSGI's bind
+# address from a service's configuration.
+GLANCE_PACKAGES = ("glance-api", "python3-rbd", "python3-rados", "python3-pymysql",
+                   "python3-numpy", "python3-pip", "openstack-pkg-tools")
+
+
+@dataclass(frozen=True)
+class Release:
+    """A Debian release as a root is made of it: the suite, with its point and security
+    updates as operators keep them, and the packages installed."""
+
+    suite: str
+    packages: tuple[str, ...]
+
+    @property
+    def sources(self) -> str:
+        return (f"deb {MIRROR} {self.suite} main\n"
+                f"deb {MIRROR} {self.suite}-updates main\n"
+                f"deb http://deb.debian.org/debian-security {self.suite}-security main\n")
+
+    def key(self) -> str:
+        """What the cached root is made of, as a short hash: a change of any of it builds
+        anew."""
+        recipe = "\n".join([self.suite, self.sources, " ".join(self.packages), PRESEEDS])
+        return hashlib.sha256(recipe.encode()).hexdigest()[:12]
+
+
+# Debian 12: glance 25.1.0, glance_store 4.1.0, Python 3.11, Ceph 16.
+BOOKWORM = Release("bookworm", GLANCE_PACKAGES)
+# Debian 13: glance 30.0.0, glance_store 4.9.1, Python 3.13, Ceph 18; with pytest and
+# hypothesis, for the contract tests to run on its own Python.
+TRIXIE = Release("trixie", GLANCE_PACKAGES + ("python3-pytest", "python3-hypothesis"))
 CACHE = pathlib.Path(os.environ.get("GLANCE_RBD_ROOTS", "/var/cache/glance-rbd-native/roots"))
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MOUNT = """\
@@ -64,39 +86,34 @@ class RootError(RuntimeError):
     pass
 
 
-def key() -> str:
-    """What the cached root is made of, as a short hash: a change of any of it builds anew."""
-    recipe = "\n".join([SUITE, SOURCES, " ".join(PACKAGES), PRESEEDS])
-    return hashlib.sha256(recipe.encode()).hexdigest()[:12]
-
-
 class DebianRoot:
     """A built root at `path`. binds: host directories mounted at the same path inside
     (read-only when listed in `read_only`)."""
 
-    def __init__(self, path: pathlib.Path, binds=(), read_only=()):
+    def __init__(self, path: pathlib.Path, release: Release, binds=(), read_only=()):
         self.path = pathlib.Path(path)
+        self.release = release
         self.binds = [pathlib.Path(b).resolve() for b in binds]
         self.read_only = {pathlib.Path(b).resolve() for b in read_only}
         self.build_seconds: float | None = None
 
     @classmethod
-    def ensure(cls, **kwargs) -> DebianRoot:
-        """The cached root, built first if missing. Holds a lock on it for the life of the
-        process: tests rewrite its configuration, so two runs must not use it at once."""
+    def ensure(cls, release: Release, **kwargs) -> DebianRoot:
+        """The cached root of `release`, built first if missing. Holds a lock on it for the life
+        of the process: tests rewrite its configuration, so two runs must not use it at once."""
         CACHE.mkdir(parents=True, exist_ok=True)
-        final = CACHE / f"{SUITE}-{key()}"
+        final = CACHE / f"{release.suite}-{release.key()}"
         lock = open(CACHE / f"{final.name}.lock", "w")  # noqa: SIM115 (held until close())
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             print(f"waiting for another run to finish with {final}", file=sys.stderr)
             fcntl.flock(lock, fcntl.LOCK_EX)
-        root = cls(final, **kwargs)
+        root = cls(final, release, **kwargs)
         root._lock = lock
         try:
             if not (final / ".complete").exists():
-                root.build_seconds = _build(final)
+                root.build_seconds = _build(final, release)
         except BaseException:
             root.close()
             raise
@@ -203,7 +220,7 @@ class DebianRoot:
         return dict(line.split(" ", 1) for line in out.splitlines())
 
 
-def _build(final: pathlib.Path) -> float:
+def _build(final: pathlib.Path, release: Release) -> float:
     """debootstrap, then the packages; returns the seconds it took."""
     if shutil.which("debootstrap") is None:
         raise RootError("building the Debian root needs debootstrap (apt-get install debootstrap)")
@@ -216,20 +233,20 @@ def _build(final: pathlib.Path) -> float:
     # debootstrap mounts /proc and /sys in the target itself: in a namespace of its own, they
     # go when it does, however it ends.
     _check(["unshare", "--mount", "--propagation", "private", "--", "debootstrap",
-            "--variant=minbase", SUITE, str(partial), MIRROR])
-    root = DebianRoot(partial)
+            "--variant=minbase", release.suite, str(partial), MIRROR])
+    root = DebianRoot(partial, release)
     # No package may start a service.
     root.write("/usr/sbin/policy-rc.d", "#!/bin/sh\nexit 101\n", mode=0o755)
-    root.write("/etc/apt/sources.list", SOURCES)
+    root.write("/etc/apt/sources.list", release.sources)
     root.write("/root/preseed", PRESEEDS)
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     root.run("debconf-set-selections", "/root/preseed", env=env)
     root.run("apt-get", "update", "-qq", env=env)
     root.run("apt-get", "install", "-y", "-qq", "--no-install-recommends",
-             "-o", "Dpkg::Options::=--force-confold", *PACKAGES, env=env, timeout=1800)
+             "-o", "Dpkg::Options::=--force-confold", *release.packages, env=env, timeout=1800)
     root.run("apt-get", "clean", env=env)
     root.file("/root/preseed").unlink()
-    (partial / ".complete").write_text(" ".join(PACKAGES) + "\n")
+    (partial / ".complete").write_text(" ".join(release.packages) + "\n")
     partial.rename(final)
     return time.monotonic() - t0
 
@@ -255,6 +272,8 @@ def _check(argv) -> None:
 
 
 if __name__ == "__main__":
+    # python tests/harness/debian_root.py [bookworm|trixie]: builds (or finds) the cached root.
+    suite = sys.argv[1] if len(sys.argv) > 1 else "bookworm"
     with contextlib.suppress(KeyboardInterrupt):
-        built = DebianRoot.ensure()
+        built = DebianRoot.ensure({r.suite: r for r in (BOOKWORM, TRIXIE)}[suite])
         print(built.path, f"built in {built.build_seconds:.0f}s" if built.build_seconds else "")
