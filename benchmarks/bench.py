@@ -109,10 +109,11 @@ class Bench:
         self.cluster.rbd("rm", f"{pool}/{name}")
 
     def upload(self, driver, file, *, unknown=False, thin=False, threads=1, gil=False,
-               latency=False):
+               latency=False, chunks="bytes"):
         cmd = [sys.executable, str(HERE / "upload.py"), "--conf", str(self.cluster.conf_path),
                "--pool", self.cluster.pool, "--file", str(self.files[file]), "--driver", driver,
-               "--threads", str(threads), "--expect-md5", self.files[file + ":md5"]]
+               "--threads", str(threads), "--expect-md5", self.files[file + ":md5"],
+               "--chunks", chunks]
         cmd += ["--unknown-size"] * unknown + ["--thin"] * thin + ["--gil-probe"] * gil
         before = self.allocated()
         probe = None
@@ -192,6 +193,9 @@ def run_rows(bench):
         print(f"round {round_no + 1}/{ROUNDS}", flush=True)
         b.measure("stock known", lambda: b.upload("stock", "random"))
         b.measure("native known", lambda: b.upload("native", "random"))
+        b.measure("native known bytearray", lambda: b.upload("native", "random", chunks="bytearray"))
+        b.measure("native known memoryview",
+                  lambda: b.upload("native", "random", chunks="memoryview"))
         b.measure("native unknown", lambda: b.upload("native", "random", unknown=True))
         b.measure("stock unknown", lambda: b.upload("stock", "random", unknown=True))
         b.measure("rbd import", lambda: b.rbd_import("random"))
@@ -230,6 +234,13 @@ def table(bench):
         f"native {known:.2f}s, stock {stock:.2f}s ({stock / known:.2f}x); rbd import {m('rbd import'):.2f}s; "
         f"rbd import || md5sum || sha512sum {c_tools:.2f}s",
         ">= 2x stock; <= C tools", stock / known >= 2 and known <= c_tools)
+    kinds = {kind: (m(f"native known{suffix}"), m(f"native known{suffix}", "cpu_seconds") / gib)
+             for kind, suffix in (("bytes", ""), ("bytearray", " bytearray"),
+                                  ("memoryview", " memoryview"))}
+    row("write() input kinds, native, known size (time, client CPU per GiB)",
+        "; ".join(f"{kind} {t:.2f}s, {cpu:.2f}s CPU" for kind, (t, cpu) in kinds.items()),
+        "bytes read in place: the least CPU",
+        kinds["bytes"][1] <= min(cpu for _, cpu in kinds.values()))
     unknown = m("native unknown")
     big = b.results["native big unknown"][0]
     resizes = (f"; {BIG // MiB} MiB unknown-size: {big['resizes']} resizes, "

@@ -1,7 +1,7 @@
 """One measured upload in a process of its own, so CPU time, peak RSS and CEPH_ARGS are its own.
 
     python benchmarks/upload.py --conf C --pool P --file F --driver native|stock
-        [--unknown-size] [--thin] [--threads N] [--gil-probe]
+        [--unknown-size] [--thin] [--threads N] [--gil-probe] [--chunks bytes|bytearray|memoryview]
 
 Prints one JSON object: wall seconds, client CPU seconds, peak and baseline RSS, digests,
 whether they match, the images it created (the caller removes them), and with --gil-probe the
@@ -65,6 +65,22 @@ class GilProbe(threading.Thread):
         return late[min(len(late) - 1, int(q * len(late)))] if late else None
 
 
+class Chunks:
+    """The file, read as bytes (what glance hands the driver) or into a fresh bytearray, alone
+    or behind a memoryview: the same Python-side cost, so the difference is what write() does
+    with each (bytes is read in place, the others are copied once)."""
+
+    def __init__(self, file, kind):
+        self.file, self.kind = file, kind
+
+    def read(self, size=-1):
+        if self.kind == "bytes" or size < 0:
+            return self.file.read(size)
+        buf = bytearray(size)
+        del buf[self.file.readinto(buf):]
+        return buf if self.kind == "bytearray" else memoryview(buf)
+
+
 class StoredSummary(logging.Handler):
     """Picks up the native driver's line per upload, which ends with resizes and trim time."""
 
@@ -87,6 +103,8 @@ def main():
     parser.add_argument("--thin", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--gil-probe", action="store_true")
+    parser.add_argument("--chunks", choices=("bytes", "bytearray", "memoryview"),
+                        default="bytes")
     parser.add_argument("--expect-md5")
     args = parser.parse_args()
 
@@ -104,8 +122,8 @@ def main():
     def upload(index):
         try:
             with open(args.file, "rb") as src:
-                results[index] = store.add(names[index], src, 0 if args.unknown_size else size,
-                                           "sha512")
+                results[index] = store.add(names[index], Chunks(src, args.chunks),
+                                           0 if args.unknown_size else size, "sha512")
         except Exception as exc:  # reported in the JSON
             errors.append(repr(exc))
 

@@ -1,13 +1,19 @@
-"""Debian 12's packaged glance-api in a Debian root, with the project's wheel installed into
-Debian's python3, on the session's cluster, its catalogue in a MariaDB of the host. The root
-(tests/harness/debian_root.py) is built once and cached; the wheel is installed anew each run."""
+"""Debian's packaged glance in Debian roots, with the project's wheel (the one `make build`
+made on the host, not rebuilt) installed into Debian's python3, on the session's cluster, the
+catalogue in a MariaDB of the host. Each test module names its Debian release in RELEASE; the
+root (tests/harness/debian_root.py) is built once and cached, the wheel installed anew each
+run."""
+
+import pathlib
 
 import pytest
 
 from harness import venvs
 from harness.debian_glance import DebianGlanceApi
-from harness.debian_root import BOOKWORM, DebianRoot
+from harness.debian_root import DebianRoot
 from harness.mariadb import MariaDB
+
+CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -18,14 +24,16 @@ def mariadb(tmp_path_factory):
         yield db
 
 
-@pytest.fixture(scope="session")
-def debian_root(cluster, mariadb):
-    """The cached root, with the cluster's directory (read-only) and MariaDB's mounted at
-    their own paths inside."""
+@pytest.fixture(scope="module")
+def debian_root(request, cluster, mariadb):
+    """The cached root of the module's RELEASE, with the cluster's directory, MariaDB's and
+    this checkout mounted at their own paths inside (the cluster's and the checkout
+    read-only)."""
     # glance-api runs as user glance: it must reach ceph.conf and the keyring (0644) in the
     # cluster's directory, which the session made private (mkdtemp: 0700).
     cluster.root.chmod(0o755)
-    root = DebianRoot.ensure(BOOKWORM, binds=[cluster.root, mariadb.root], read_only=[cluster.root])
+    root = DebianRoot.ensure(request.module.RELEASE, binds=[cluster.root, mariadb.root, CHECKOUT],
+                             read_only=[cluster.root, CHECKOUT])
     try:
         root.install_wheel(venvs.wheel())
         yield root
@@ -33,7 +41,7 @@ def debian_root(cluster, mariadb):
         root.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def debian_glance(debian_root, cluster, mariadb, tmp_path_factory):
     """Starts Debian's glance-api in a configuration, each with a database of its own; the one
     running before is stopped first: they share the root's /etc/glance and log."""
@@ -46,7 +54,7 @@ def debian_glance(debian_root, cluster, mariadb, tmp_path_factory):
 
     def start(name, **config):
         stop_all()
-        work = tmp_path_factory.mktemp(f"debian-{name}")
+        work = tmp_path_factory.mktemp(f"{debian_root.release.suite}-{name}")
         database = mariadb.create_database(work.name.replace("-", "_"))
         api = DebianGlanceApi(work, debian_root, cluster.conf_path, database, pool=cluster.pool,
                               **config)

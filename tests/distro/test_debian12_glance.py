@@ -16,7 +16,10 @@ import pytest
 
 from clients import (CLIENTS, SIZE, assert_stored, check_four_at_once, check_upload, upload,
                      wait_status)
+from harness.debian_root import BOOKWORM
 from support import MiB, data_of
+
+RELEASE = BOOKWORM
 
 pytestmark = [
     pytest.mark.cluster,

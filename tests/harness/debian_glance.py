@@ -1,21 +1,22 @@
-"""Debian 12's packaged glance-api (glance 25.1.0, glance_store 4.1.0, Python 3.11) in a Debian
-root, on the host's throwaway cluster, started both ways Debian ships it.
+"""Debian's packaged glance-api in a Debian root (Debian 12: glance 25.1.0, glance_store 4.1.0,
+Python 3.11; Debian 13: glance 30.0.0, glance_store 4.9.1, Python 3.13), on the host's
+throwaway cluster, started both ways Debian ships it.
 
 Started as Debian's systemd unit does: `/etc/init.d/glance-api systemd-start` as user glance, in
 /var/lib/glance, with the unit's runtime, lock and cache directories made for it. The init script
 sources /etc/default/openstack and /etc/default/glance-api (shell files: only what they export
 reaches the server) and execs the server:
 
-- "eventlet", Debian 12's default: `/usr/bin/glance-api --config-file=/etc/glance/glance-api.conf
+- "eventlet", the default of Debian 12 and 13: `/usr/bin/glance-api --config-file=/etc/glance/glance-api.conf
   --log-file=/var/log/glance/glance-api.log`. Debian commented out the script's uWSGI lines
-  ("Glance appears broken with uwsgi").
+  ("Glance appears broken with uwsgi"), in both releases.
 - "uwsgi": the script's uWSGI mode, turned on by the three variables Debian commented out
   (UWSGI_PORT, UWSGI_INI_PATH, UWSGI_INI_APP), given in the unit's environment instead (what a
   systemd drop-in `Environment=` does; the script tests them before it sources
   /etc/default/glance-api, so they cannot go there). It execs
-  `uwsgi_python311 --http-socket ADDRESS:PORT --ini /etc/glance/glance-api-uwsgi.ini`, Debian's
-  ini as shipped (8 processes of 32 threads, lazy-apps, uid glance, logging to
-  /var/log/glance/glance-api.log). The address and port are read from glance-api.conf's
+  `uwsgi_python3XX --http-socket ADDRESS:PORT --ini /etc/glance/glance-api-uwsgi.ini`, Debian's
+  ini as shipped (lazy-apps, uid glance, logging to /var/log/glance/glance-api.log; 8 processes
+  of 32 threads in Debian 12, of 1 thread in Debian 13). The address and port are read from glance-api.conf's
   bind_host and bind_port by openstack-pkg-tools' helpers (the script's UWSGI_BIND_CONFIG_*),
   so it listens on loopback, on the port the eventlet server would use. One uWSGI option is
   added, through /etc/default/glance-api: a larger chunked-input-limit (CHUNKED_INPUT_LIMIT).
@@ -43,7 +44,7 @@ CONF = "/etc/glance/glance-api.conf"
 LOG = "/var/log/glance/glance-api.log"
 UWSGI_INI = "/etc/glance/glance-api-uwsgi.ini"
 # The init script's uWSGI mode: UWSGI_PORT (the port is replaced by bind_port),
-# UWSGI_INI_PATH and UWSGI_INI_APP are the lines Debian 12 ships commented out; with
+# UWSGI_INI_PATH and UWSGI_INI_APP are the lines Debian ships commented out; with
 # UWSGI_BIND_CONFIG_* the script reads the address and port from glance-api.conf instead of
 # binding every address.
 UWSGI_MODE = {"UWSGI_INI_PATH": UWSGI_INI, "UWSGI_INI_APP": "/usr/bin/glance-wsgi-api",

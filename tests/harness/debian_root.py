@@ -67,9 +67,9 @@ class Release:
 
 # Debian 12: glance 25.1.0, glance_store 4.1.0, Python 3.11, Ceph 16.
 BOOKWORM = Release("bookworm", GLANCE_PACKAGES)
-# Debian 13: glance 30.0.0, glance_store 4.9.1, Python 3.13, Ceph 18; with pytest and
-# hypothesis, for the contract tests to run on its own Python.
-TRIXIE = Release("trixie", GLANCE_PACKAGES + ("python3-pytest", "python3-hypothesis"))
+# Debian 13: glance 30.0.0, glance_store 4.9.1, Python 3.13, Ceph 18; with pytest, and the
+# rbd and ceph commands the contract tests check the pool with, for them to run on its Python.
+TRIXIE = Release("trixie", GLANCE_PACKAGES + ("python3-pytest", "ceph-common"))
 CACHE = pathlib.Path(os.environ.get("GLANCE_RBD_ROOTS", "/var/cache/glance-rbd-native/roots"))
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MOUNT = """\

@@ -1,0 +1,112 @@
+"""Debian 13 (trixie): Python 3.13, glance_store 4.9.1, Ceph 18.2.7 client libraries. The wheel
+built on the host (Debian 12, Python 3.11, Ceph 16) is pip-installed into Debian's python3
+unchanged; the contract tests run on that Python against the host's cluster, over loopback, and
+Debian 13's glance-api 30 serves images under its uWSGI with the switch on."""
+
+import hashlib
+import pathlib
+import re
+
+import pytest
+
+from clients import CLIENTS, SIZE, check_four_at_once, check_upload
+from harness import contract, venvs
+from harness.debian_root import TRIXIE
+from support import data_of
+
+RELEASE = TRIXIE
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.distro,
+    # glanceclient's HTTP layer still imports cgi (Python 3.11 warns, 3.13 removed it).
+    pytest.mark.filterwarnings("ignore:'cgi' is deprecated:DeprecationWarning"),
+]
+
+TESTS = pathlib.Path(__file__).resolve().parents[1]
+SITE = "/usr/local/lib/python3.13/dist-packages"
+SERVERS = {
+    "uwsgi": dict(server="uwsgi", native=True),
+    "uwsgi-stock": dict(server="uwsgi", native=False),
+}
+ACTIVE = "the native RBD writer is active for glance_store 4.9.1"
+
+
+@pytest.fixture(scope="module")
+def api(request, debian_glance):
+    server = debian_glance(request.param, **SERVERS[request.param])
+    yield server
+    server.stop()
+
+
+def test_what_debian_ships(debian_root):
+    versions = debian_root.versions("glance-api", "python3-glance-store", "python3", "librbd1",
+                                    "librados2", "libssl3t64", "libc6")
+    assert versions["glance-api"].startswith("2:30.0.0-")
+    assert versions["python3-glance-store"].startswith("4.9.1-")
+    assert versions["python3"].startswith("3.13.")
+    assert versions["librbd1"].startswith("18.2.7")
+    assert versions["librados2"].startswith("18.2.7")
+    init = debian_root.file("/etc/init.d/glance-api").read_text()
+    assert "\n#UWSGI_INI_PATH=/etc/glance/glance-api-uwsgi.ini\n" in init  # eventlet by default
+    ini = debian_root.file("/etc/glance/glance-api-uwsgi.ini").read_text()
+    for line in ("processes = 8", "threads = 1", "lazy-apps = true", "uid = glance"):
+        assert f"\n{line}\n" in ini
+
+
+def test_the_host_wheel_installed_unchanged(debian_root):
+    """The same file pip installed, loading Debian 13's Ceph 18 libraries into Python 3.13."""
+    wheel = venvs.wheel()
+    inside = debian_root.file(f"/root/wheels/{wheel.name}")
+    assert hashlib.sha256(inside.read_bytes()).digest() == \
+        hashlib.sha256(wheel.read_bytes()).digest()
+    probe = ("import glance_rbd_native._native as n, sys; print(n.__file__); "
+             "print('.'.join(map(str, sys.version_info[:2])))")
+    out = debian_root.run("python3", "-c", probe).stdout.split()
+    assert out == [f"{SITE}/glance_rbd_native/_native.abi3.so", "3.13"]
+    ldd = debian_root.run("ldd", f"{SITE}/glance_rbd_native/_native.abi3.so").stdout
+    for lib in ("librbd.so.1", "librados.so.2", "libcrypto.so.3", "libssl.so.3"):
+        assert re.search(rf"^\s*{re.escape(lib)} => /lib/x86_64-linux-gnu/{re.escape(lib)} ",
+                         ldd, re.M), ldd
+    assert "not found" not in ldd
+
+
+def test_contract_on_debian13(debian_root, cluster):
+    """The contract files on Debian 13's python3 and glance_store 4.9.1: native against stock,
+    on the host's cluster."""
+    # The quota case needs the mgr; Debian 13's root has no ceph-mgr (and the cluster is the
+    # host's), so the host starts it.
+    cluster.start_mgr()
+    env = {"GLANCE_RBD_TEST_CLUSTER": str(cluster.root)}
+    result = debian_root.run("python3", *contract.PYTEST, env=env, cwd=str(TESTS), check=False,
+                             timeout=1200)
+    print(f"Debian 13: {contract.check('Debian 13', result)}")
+
+
+@pytest.mark.parametrize("api", list(SERVERS), indirect=True)
+def test_started_as_debian_does(api, debian_root):
+    """The init script's uWSGI mode exec'd Debian's uWSGI python3 plugin as user glance; the
+    export in /etc/default/glance-api alone turned the native writer on."""
+    proc = pathlib.Path(f"/proc/{api.pid}")
+    cmdline = (proc / "cmdline").read_bytes().decode().split("\0")[:-1]
+    assert cmdline == ["/usr/bin/uwsgi_python3", "--http-socket", f"127.0.0.1:{api.port}",
+                       "--ini", "/etc/glance/glance-api-uwsgi.ini"]
+    uid = debian_root.user("glance")[0]
+    assert re.search(rf"^Uid:\s+{uid}\s", (proc / "status").read_text(), re.M)
+    environ = (proc / "environ").read_bytes().split(b"\0")
+    assert (b"GLANCE_RBD_NATIVE=1" in environ) == api.native
+    assert len(re.findall(re.escape(ACTIVE), api.log())) == (8 if api.native else 0)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("api", list(SERVERS), indirect=True)
+def test_upload(api, client, cluster, clean_pool):
+    """Stored and served back: active with the size, md5 and sha512 of the source, the same
+    bytes downloaded, and glance-api's log naming the writer that stored it."""
+    check_upload(api, cluster, data_of(SIZE, seed=1300 + len(client)), client)
+
+
+@pytest.mark.parametrize("api", ["uwsgi"], indirect=True)
+def test_four_at_once(api, cluster, clean_pool):
+    check_four_at_once(api, cluster, seed=1400)
+
