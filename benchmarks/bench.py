@@ -27,7 +27,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 import numpy as np  # noqa: E402
 
+from harness import venvs  # noqa: E402
 from harness.cluster import Cluster  # noqa: E402
+from harness.debian_root import TRIXIE, DebianRoot  # noqa: E402
 from harness.glance_api import GlanceApi  # noqa: E402
 from harness.mariadb import MariaDB  # noqa: E402
 from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT  # noqa: E402
@@ -80,10 +82,11 @@ def write_half_zero_chunks(path, size, seed):
 # -- runners ---------------------------------------------------------------------------------
 
 class Bench:
-    def __init__(self, cluster, files, servers):
+    def __init__(self, cluster, files, servers, debian13):
         self.cluster = cluster
         self.files = files
         self.servers = servers  # "native"/"stock" -> a running GlanceApi
+        self.debian13 = debian13  # a Debian 13 root with the wheel in its python3
         self.results = {}
 
     def env(self, latency=False):
@@ -109,8 +112,9 @@ class Bench:
         self.cluster.rbd("rm", f"{pool}/{name}")
 
     def upload(self, driver, file, *, unknown=False, thin=False, threads=1, gil=False,
-               latency=False, chunks="bytes"):
-        cmd = [sys.executable, str(HERE / "upload.py"), "--conf", str(self.cluster.conf_path),
+               latency=False, chunks="bytes", debian13=False):
+        """benchmarks/upload.py, by this interpreter or by Debian 13's python3 in its root."""
+        cmd = [str(HERE / "upload.py"), "--conf", str(self.cluster.conf_path),
                "--pool", self.cluster.pool, "--file", str(self.files[file]), "--driver", driver,
                "--threads", str(threads), "--expect-md5", self.files[file + ":md5"],
                "--chunks", chunks]
@@ -121,8 +125,11 @@ class Bench:
             # The same 1 ms sleeper in a separate process: how late the CPU alone makes it.
             probe = subprocess.Popen([sys.executable, str(HERE / "sleeper.py")],
                                      stdout=subprocess.PIPE, text=True)
-        out = subprocess.run(cmd, capture_output=True, text=True, env=self.env(latency),
-                             timeout=900)
+        if debian13:
+            out = self.debian13.run("python3", *cmd, timeout=900, check=False)
+        else:
+            out = subprocess.run([sys.executable, *cmd], capture_output=True, text=True,
+                                 env=self.env(latency), timeout=900)
         if probe:
             probe.terminate()
             sleeper = json.loads(probe.communicate()[0] or "{}")
@@ -217,6 +224,8 @@ def run_rows(bench):
         b.measure("api native", lambda: b.through_api("native", "random"))
         b.measure("api native chunked", lambda: b.through_api("native", "random", chunked=True))
         b.measure("api stock chunked", lambda: b.through_api("stock", "random", chunked=True))
+        b.measure("debian13 stock", lambda: b.upload("stock", "random", debian13=True))
+        b.measure("debian13 native", lambda: b.upload("native", "random", debian13=True))
 
 
 def table(bench):
@@ -290,6 +299,10 @@ def table(bench):
         f"{api['api native chunked']:.2f}s, stock {api['api stock chunked']:.2f}s "
         f"({api['api stock chunked'] / api['api native chunked']:.2f}x)",
         "reported", None)
+    d_n, d_s = m("debian13 native"), m("debian13 stock")
+    row("Debian 13 root (Python 3.13, glance_store 4.9.1, Ceph 18.2.7 clients), known size, "
+        "the host's wheel",
+        f"native {d_n:.2f}s, stock {d_s:.2f}s ({d_s / d_n:.2f}x)", "reported", None)
     return rows
 
 
@@ -316,7 +329,11 @@ def main():
                     root / f"glance-{name}", cluster.conf_path,
                     db.create_database(f"glance_{name}"), native=name == "native"))
                     for name in ("native", "stock")}
-                bench = Bench(cluster, files, servers)
+                debian13 = DebianRoot.ensure(TRIXIE, binds=[root, HERE.parent],
+                                             read_only=[HERE.parent])
+                stack.callback(debian13.close)
+                debian13.install_wheel(venvs.wheel())
+                bench = Bench(cluster, files, servers, debian13)
                 run_rows(bench)
             rows = table(bench)
     finally:

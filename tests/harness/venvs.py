@@ -8,6 +8,7 @@ import hashlib
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -57,15 +58,31 @@ def eventlet_glance() -> pathlib.Path:
     return ensure(EVENTLET_GLANCE, EVENTLET_GLANCE_REQUIREMENTS).parent
 
 
-def ensure(name: str, reqs: list[str]) -> pathlib.Path:
+def interpreter(version: str) -> pathlib.Path | None:
+    """A CPython `version` ("3.9") other than Debian's, if this machine has one: installed by
+    pyenv, or on PATH (pyenv's shims aside: they answer only for the selected versions)."""
+    pyenv = pathlib.Path(os.environ.get("PYENV_ROOT", pathlib.Path.home() / ".pyenv"))
+    for candidate in sorted(pyenv.glob(f"versions/{version}.*/bin/python{version}")):
+        return candidate
+    found = shutil.which(f"python{version}")
+    if found and "/shims/" not in found and \
+            os.path.realpath(found) != os.path.realpath(SYSTEM_PYTHON):
+        return pathlib.Path(found)
+    return None
+
+
+def ensure(name: str, reqs: list[str], base: str | pathlib.Path = SYSTEM_PYTHON
+           ) -> pathlib.Path:
     """The python of virtualenv `name` with `reqs` and the current wheel in it; made once, then
-    reused while `reqs` stay the same."""
+    reused while `reqs` stay the same. Made from Debian's python3 with its site packages, or
+    from another interpreter `base` without them."""
     venv = VENVS / name
     python = venv / "bin" / "python"
     stamp = venv / ".requirements"
-    wanted = "\n".join(reqs) + "\n"
+    wanted = "\n".join([str(base), *reqs]) + "\n"
     if not python.exists() or not stamp.exists() or stamp.read_text() != wanted:
-        _run(SYSTEM_PYTHON, "-m", "venv", "--clear", "--system-site-packages", str(venv))
+        site = ["--system-site-packages"] if str(base) == SYSTEM_PYTHON else []
+        _run(base, "-m", "venv", "--clear", *site, str(venv))
         _run(python, "-m", "pip", "install", "-q", "--upgrade", "pip")
         _run(python, "-m", "pip", "install", "-q", *reqs)
         stamp.write_text(wanted)
