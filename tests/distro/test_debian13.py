@@ -47,6 +47,7 @@ def test_what_debian_ships(debian_root):
     assert versions["python3"].startswith("3.13.")
     assert versions["librbd1"].startswith("18.2.7")
     assert versions["librados2"].startswith("18.2.7")
+    assert versions["libc6"].startswith("2.41-")
     init = debian_root.file("/etc/init.d/glance-api").read_text()
     assert "\n#UWSGI_INI_PATH=/etc/glance/glance-api-uwsgi.ini\n" in init  # eventlet by default
     ini = debian_root.file("/etc/glance/glance-api-uwsgi.ini").read_text()
