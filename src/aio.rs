@@ -1,4 +1,5 @@
-//! Asynchronous librbd writes, with a bound on the bytes in flight and waits that can be cut short.
+//! Asynchronous librbd operations: one `Completion` per operation, and the writes of an upload
+//! with a bound on the bytes in flight. Waits can be cut short.
 //!
 //! Completion callbacks run on librbd's threads: they only store the result and wake the waiter.
 //! They never log, allocate or touch Python.
@@ -23,16 +24,94 @@ pub type Poll<'a> = &'a mut dyn FnMut() -> Result<()>;
 /// How often a blocked wait asks its `Poll` whether to give up.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
-/// One write's result, filled in by the completion callback.
+/// One operation's result, filled in by the completion callback.
 #[derive(Default)]
 struct Slot {
     result: Mutex<Option<isize>>,
     done: Condvar,
 }
 
-struct Pending {
-    completion: ffi::RbdCompletion,
+/// One asynchronous librbd operation. Dropping it waits for the operation to end (librbd may
+/// still be using its buffer until then) and releases it.
+pub struct Completion {
+    handle: ffi::RbdCompletion,
     slot: Arc<Slot>,
+    /// Whether librbd took the operation, and so will call back.
+    started: bool,
+}
+
+// SAFETY: completions are plain handles that librbd lets any thread wait on and release.
+unsafe impl Send for Completion {}
+
+impl Completion {
+    /// A completion for one operation on `image`; `op` names it in errors.
+    pub fn new(image: &Image, op: &'static str) -> Result<Completion> {
+        let slot = Arc::new(Slot::default());
+        let arg = Arc::into_raw(Arc::clone(&slot)).cast_mut().cast::<c_void>();
+        let mut handle: ffi::RbdCompletion = ptr::null_mut();
+        // SAFETY: arg stays valid until on_complete takes it back; handle is an out-pointer.
+        let ret = unsafe { ffi::rbd_aio_create_completion(arg, on_complete, &mut handle) };
+        if ret < 0 {
+            // SAFETY: no callback will run, so the reference given to it comes back here.
+            drop(unsafe { Arc::from_raw(arg.cast::<Slot>()) });
+            return Err(Error::ceph(op, image.target(), ret.into()));
+        }
+        Ok(Completion {
+            handle,
+            slot,
+            started: false,
+        })
+    }
+
+    pub fn handle(&self) -> ffi::RbdCompletion {
+        self.handle
+    }
+
+    /// Records librbd's answer to the submission: a refusal is the operation's error, and
+    /// means no callback will come.
+    pub fn submitted(&mut self, ret: i32, op: &'static str, image: &Image) -> Result<()> {
+        if ret < 0 {
+            return Err(Error::ceph(op, image.target(), ret.into()));
+        }
+        self.started = true;
+        Ok(())
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.slot
+            .result
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// Waits for the operation; librbd's return value (bytes, or a negative errno).
+    pub fn wait(&self, poll: Poll) -> Result<isize> {
+        let result = wait_until(&self.slot.result, &self.slot.done, Option::is_some, poll)?;
+        Ok(result.expect("waited for it"))
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if self.started {
+            let _ = self.wait(&mut || Ok(()));
+            // SAFETY: the callback has run, so librbd only has the short tail of its
+            // completion path left; waiting for it makes release safe.
+            unsafe { ffi::rbd_aio_wait_for_complete(self.handle) };
+        } else {
+            // SAFETY: librbd refused the operation (or it was never submitted), so no callback
+            // will take back the reference given to it at creation: it comes back here.
+            drop(unsafe { Arc::from_raw(Arc::as_ptr(&self.slot)) });
+        }
+        // SAFETY: released exactly once, after librbd is done with it.
+        unsafe { ffi::rbd_aio_release(self.handle) };
+    }
+}
+
+/// Fields drop in order: the completion waits for the write before the buffer goes.
+struct Pending {
+    completion: Completion,
     offset: u64,
     len: usize,
     // Kept alive until the write completes: librbd reads from it until then.
@@ -45,10 +124,6 @@ pub struct InFlight {
     bytes: usize,
     limit: usize,
 }
-
-// SAFETY: completions are plain handles that librbd lets any thread wait on and release; the
-// buffers are Send + Sync.
-unsafe impl Send for InFlight {}
 
 unsafe extern "C" fn on_complete(completion: ffi::RbdCompletion, arg: *mut c_void) {
     // SAFETY: arg came from Arc::into_raw in `submit`, and librbd calls this exactly once per
@@ -77,13 +152,7 @@ impl InFlight {
     /// Releases the writes at the front that have completed, without waiting.
     pub fn reap_completed(&mut self, image: &Image) -> Result<()> {
         while let Some(oldest) = self.queue.front() {
-            if oldest
-                .slot
-                .result
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_none()
-            {
+            if !oldest.completion.is_done() {
                 break;
             }
             self.reap_oldest(image, &mut || Ok(()))?;
@@ -105,20 +174,7 @@ impl InFlight {
         while !self.queue.is_empty() && self.bytes + len > self.limit {
             self.reap_oldest(image, poll)?;
         }
-        let slot = Arc::new(Slot::default());
-        let arg = Arc::into_raw(Arc::clone(&slot)).cast_mut().cast::<c_void>();
-        let mut completion: ffi::RbdCompletion = ptr::null_mut();
-        // SAFETY: arg stays valid until on_complete takes it back; completion is an out-pointer.
-        let ret = unsafe { ffi::rbd_aio_create_completion(arg, on_complete, &mut completion) };
-        if ret < 0 {
-            // SAFETY: no callback will run, so the reference given to it comes back here.
-            drop(unsafe { Arc::from_raw(arg.cast::<Slot>()) });
-            return Err(Error::ceph(
-                "starting a write to",
-                image.target(),
-                ret.into(),
-            ));
-        }
+        let mut completion = Completion::new(image, "starting a write to")?;
         let data = &(**buffer).as_ref()[range];
         // SAFETY: the image is open; data stays alive in `Pending` until the write completes.
         let ret = unsafe {
@@ -127,25 +183,12 @@ impl InFlight {
                 offset,
                 len,
                 data.as_ptr().cast(),
-                completion,
+                completion.handle(),
             )
         };
-        if ret < 0 {
-            // SAFETY: the write was refused, so librbd will not call back: take the reference
-            // back and release the unused completion.
-            unsafe {
-                drop(Arc::from_raw(arg.cast::<Slot>()));
-                ffi::rbd_aio_release(completion);
-            }
-            return Err(Error::ceph(
-                "starting a write to",
-                image.target(),
-                ret.into(),
-            ));
-        }
+        completion.submitted(ret, "starting a write to", image)?;
         self.queue.push_back(Pending {
             completion,
-            slot,
             offset,
             len,
             _buffer: Arc::clone(buffer),
@@ -174,10 +217,9 @@ impl InFlight {
         let Some(oldest) = self.queue.front() else {
             return Ok(());
         };
-        let ret = wait(&oldest.slot, poll)?;
+        let ret = oldest.completion.wait(poll)?;
         let pending = self.queue.pop_front().expect("front exists");
         self.bytes -= pending.len;
-        release(pending.completion);
         let ret = check(ret as i64, "writing to", image.target());
         ret.map_err(|err| {
             log::debug!(
@@ -192,18 +234,13 @@ impl InFlight {
 }
 
 impl Drop for InFlight {
-    /// Buffers must outlive librbd's use of them, whatever path dropped the queue.
+    /// Buffers must outlive librbd's use of them, whatever path dropped the queue: the oldest
+    /// goes first, each completion waiting for its write before its buffer is dropped.
     fn drop(&mut self) {
-        for pending in self.queue.drain(..) {
-            let _ = wait(&pending.slot, &mut || Ok(()));
-            release(pending.completion);
+        while let Some(pending) = self.queue.pop_front() {
+            drop(pending);
         }
     }
-}
-
-fn wait(slot: &Slot, poll: Poll) -> Result<isize> {
-    let result = wait_until(&slot.result, &slot.done, Option::is_some, poll)?;
-    Ok(result.expect("waited for it"))
 }
 
 /// Waits on `signal` until `ready(value)` holds, calling `poll` every `POLL_INTERVAL` with the
@@ -227,13 +264,4 @@ pub fn wait_until<T: Copy>(
         }
     }
     Ok(*guard)
-}
-
-fn release(completion: ffi::RbdCompletion) {
-    // SAFETY: the callback has run, so librbd only has the short tail of its completion path
-    // left; waiting for it makes release safe, and release happens exactly once per completion.
-    unsafe {
-        ffi::rbd_aio_wait_for_complete(completion);
-        ffi::rbd_aio_release(completion);
-    }
 }

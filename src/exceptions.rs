@@ -31,6 +31,12 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     glance_rbd_native,
+    PoolNotFound,
+    NotFound,
+    "The pool does not exist."
+);
+pyo3::create_exception!(
+    glance_rbd_native,
     ConnectError,
     RbdError,
     "The cluster could not be reached: configuration file, user, keyring or monitors."
@@ -43,11 +49,12 @@ impl From<Error> for PyErr {
             Error::Usage(_) => PyValueError::new_err(message),
             Error::Interrupted => pyo3::exceptions::PyKeyboardInterrupt::new_err(message),
             Error::Connect { errno, .. } => ConnectError::new_err((errno, message)),
-            Error::Ceph { errno, .. } => {
+            Error::Ceph { errno, target, .. } => {
                 let args = (errno, message);
                 match errno {
                     libc::ENOSPC | libc::EDQUOT => NoSpace::new_err(args),
                     libc::EEXIST => ImageExists::new_err(args),
+                    libc::ENOENT if target.image.is_none() => PoolNotFound::new_err(args),
                     libc::ENOENT => NotFound::new_err(args),
                     _ => RbdError::new_err(args),
                 }
@@ -62,6 +69,7 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("NoSpace", py.get_type::<NoSpace>())?;
     module.add("ImageExists", py.get_type::<ImageExists>())?;
     module.add("NotFound", py.get_type::<NotFound>())?;
+    module.add("PoolNotFound", py.get_type::<PoolNotFound>())?;
     module.add("ConnectError", py.get_type::<ConnectError>())?;
     Ok(())
 }

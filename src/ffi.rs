@@ -28,6 +28,7 @@ unsafe extern "C" {
         snap_name: *const c_char,
     ) -> c_int;
     pub fn rbd_close(image: RbdImage) -> c_int;
+    pub fn rbd_get_size(image: RbdImage, size: *mut u64) -> c_int;
     pub fn rbd_remove(io: rados_ioctx_t, name: *const c_char) -> c_int;
     pub fn rbd_resize(image: RbdImage, size: u64) -> c_int;
     pub fn rbd_flush(image: RbdImage) -> c_int;
@@ -46,6 +47,13 @@ unsafe extern "C" {
         off: u64,
         len: usize,
         buf: *const c_char,
+        completion: RbdCompletion,
+    ) -> c_int;
+    pub fn rbd_aio_read(
+        image: RbdImage,
+        off: u64,
+        len: usize,
+        buf: *mut c_char,
         completion: RbdCompletion,
     ) -> c_int;
     pub fn rbd_aio_wait_for_complete(completion: RbdCompletion) -> c_int;

@@ -1,4 +1,5 @@
-//! An open librbd image and the image-level calls of an upload: create, resize, snapshot, remove.
+//! An open librbd image and the image-level calls of an upload (create, resize, snapshot,
+//! remove) and of a download (open at a snapshot, size).
 
 use std::ffi::CString;
 use std::ptr;
@@ -74,6 +75,47 @@ impl Image {
         })
     }
 
+    /// Opens `name` for reading, at `snapshot` (where writes are refused anyway) or at its
+    /// head. Not librbd's read-only open: with it, opening and closing images at a snapshot in
+    /// quick succession crashes librbd 16.2.15 (a freed mutex, under CPU load: 4 runs of 200
+    /// cycles out of 4 with Python's rbd module too, none of 6 with this open). This open also
+    /// watches the header, so the image cannot be removed while it is read.
+    pub fn open_for_reading(
+        ioctx: Arc<IoCtx>,
+        name: &str,
+        snapshot: Option<&str>,
+    ) -> Result<Image> {
+        let name_c = cstring(name)?;
+        let snap_c = snapshot.map(cstring).transpose()?;
+        let mut handle: ffi::RbdImage = ptr::null_mut();
+        // SAFETY: the ioctx is live; the names are NUL-terminated and outlive the call; a null
+        // snapshot name opens the head.
+        let ret = unsafe {
+            ffi::rbd_open(
+                ioctx.handle(),
+                name_c.as_ptr(),
+                &mut handle,
+                snap_c.as_ref().map_or(ptr::null(), |s| s.as_ptr()),
+            )
+        };
+        let target = Target::image(ioctx.pool(), name);
+        check(ret.into(), "opening", &target)?;
+        Ok(Image {
+            handle,
+            target,
+            ioctx,
+        })
+    }
+
+    /// The size of the image, or of the snapshot it was opened at.
+    pub fn size(&self) -> Result<u64> {
+        let mut size = 0;
+        // SAFETY: the handle is open for the lifetime of self; size is an out-parameter.
+        let ret = unsafe { ffi::rbd_get_size(self.handle, &mut size) };
+        check(ret.into(), "reading the size of", &self.target)?;
+        Ok(size)
+    }
+
     pub fn handle(&self) -> ffi::RbdImage {
         self.handle
     }
@@ -133,8 +175,8 @@ impl Image {
 
 impl Drop for Image {
     fn drop(&mut self) {
-        // SAFETY: owned handle, closed once. Writes in flight on it are drained by the Upload
-        // before it lets go of the image.
+        // SAFETY: owned handle, closed once. Operations in flight on it are drained by the
+        // Upload or Download before it lets go of the image.
         let ret = unsafe { ffi::rbd_close(self.handle) };
         if ret < 0 {
             log::warn!("closing {} failed (errno {})", self.target, -ret);

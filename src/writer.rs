@@ -1,8 +1,6 @@
 //! `RbdWriter`, the Python face of an upload.
 //!
-//! GIL rule: never block while attached to the interpreter. Every librbd call, every wait and
-//! every lock of the upload happens inside `py.detach`; waits re-attach briefly, every 100 ms,
-//! only to let Python run its signal handlers (so Ctrl-C ends a stuck wait).
+//! GIL rule (`detach`): never block while attached to the interpreter.
 
 use std::sync::{Mutex, PoisonError};
 
@@ -11,6 +9,7 @@ use pyo3::types::PyType;
 
 use crate::buffer;
 use crate::cluster::{Cluster, ConnectOptions};
+use crate::detach;
 use crate::error::{Error, Result};
 use crate::upload::{DEFAULT_MAX_IN_FLIGHT, Summary, Upload, UploadOptions};
 
@@ -188,30 +187,18 @@ impl RbdWriter {
 }
 
 impl RbdWriter {
-    /// Runs `op` on the upload with the interpreter detached. Waits inside it poll for Python
-    /// signals; a raised handler (KeyboardInterrupt) ends the wait and is what the caller sees.
+    /// Runs `op` on the upload with the interpreter detached (`detach::run`).
     fn run<T: Send>(
         &self,
         py: Python<'_>,
         op: impl FnOnce(&mut Upload, &mut dyn FnMut() -> Result<()>) -> Result<T> + Send,
     ) -> PyResult<T> {
-        crate::logbridge::flush();
-        let mut signal: Option<PyErr> = None;
-        let result = py.detach(|| {
-            let mut upload = self.upload.lock().unwrap_or_else(PoisonError::into_inner);
-            let mut poll = || {
-                Python::attach(|py| py.check_signals()).map_err(|err| {
-                    signal = Some(err);
-                    Error::Interrupted
-                })
-            };
-            op(&mut upload, &mut poll)
-        });
-        match (result, signal) {
-            (Ok(value), _) => Ok(value),
-            (Err(Error::Interrupted), Some(err)) => Err(err),
-            (Err(err), _) => Err(err.into()),
-        }
+        detach::run(py, |poll| {
+            op(
+                &mut self.upload.lock().unwrap_or_else(PoisonError::into_inner),
+                poll,
+            )
+        })
     }
 
     fn with_upload<T: Send>(&self, py: Python<'_>, read: impl FnOnce(&Upload) -> T + Send) -> T {

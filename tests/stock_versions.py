@@ -22,3 +22,7 @@ RESIZES_BEFORE_DOUBLING = VERSION < (4, 6, 2)
 SETS_LIBRADOS_TIMEOUTS = VERSION >= (4, 7)
 # 5.2 on: options come from store_conf, which falls back to [backend_defaults].
 HAS_STORE_CONF = VERSION >= (5, 2)
+# 5.4 on: get_size and the read iterator open the image read-only, which holds no watch on it:
+# an image removed while being read (`rbd rm`, or glance's own delete) is then served as zeros
+# from there on, with no error. Before, the open's watch makes the removal fail (ImageBusy).
+OPENS_READ_ONLY = VERSION >= (5, 4)

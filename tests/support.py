@@ -148,14 +148,33 @@ class Images:
         with rbd.Image(self._ioctx, name) as image:
             image.write(data, offset)
 
+    def snapshot(self, name, snap=SNAP):
+        """A protected snapshot, as glance makes of every image it stores."""
+        with rbd.Image(self._ioctx, name) as image:
+            image.create_snap(snap)
+            image.protect_snap(snap)
+
+    @property
+    def ioctx(self):
+        return self._ioctx
+
+    def remove_snapshots(self, name):
+        with rbd.Image(self._ioctx, name) as image:
+            for snap in list(image.list_snaps()):
+                if image.is_protected_snap(snap["name"]):
+                    image.unprotect_snap(snap["name"])
+                image.remove_snap(snap["name"])
+
+    def purge_trash(self, names):
+        """Removes the images of these names from the pool's trash."""
+        for entry in rbd.RBD().trash_list(self._ioctx):
+            if entry["name"] in names:
+                rbd.RBD().trash_remove(self._ioctx, entry["id"], force=True)
+
     def remove(self, name):
         """Removes an image and its snapshots; a missing image is fine."""
         try:
-            with rbd.Image(self._ioctx, name) as image:
-                for snap in list(image.list_snaps()):
-                    if image.is_protected_snap(snap["name"]):
-                        image.unprotect_snap(snap["name"])
-                    image.remove_snap(snap["name"])
+            self.remove_snapshots(name)
             rbd.RBD().remove(self._ioctx, name)
         except rbd.ImageNotFound:
             pass

@@ -1,7 +1,8 @@
 """Native Ceph RBD upload path for glance_store.
 
 Importing this package changes nothing. ``patch()`` (or ``GLANCE_RBD_NATIVE=1`` in the
-environment of glance-api) makes glance_store's rbd driver upload through ``RbdWriter``.
+environment of glance-api) makes glance_store's rbd driver upload through ``RbdWriter`` and read
+through ``RbdReader``.
 
 The native module links librbd and librados; it is loaded on first use of a name it defines,
 not on import, so that the start-up switch works on a host without the Ceph libraries: it then
@@ -21,7 +22,9 @@ if TYPE_CHECKING:
         ImageExists,
         NoSpace,
         NotFound,
+        PoolNotFound,
         RbdError,
+        RbdReader,
         RbdWriter,
         connection_count,
         native_digests,
@@ -34,7 +37,9 @@ _NATIVE = (
     "ImageExists",
     "NoSpace",
     "NotFound",
+    "PoolNotFound",
     "RbdError",
+    "RbdReader",
     "RbdWriter",
     "connection_count",
     "native_digests",

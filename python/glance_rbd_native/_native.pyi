@@ -21,6 +21,9 @@ class ImageExists(RbdError):
 class NotFound(RbdError):
     """The pool or image does not exist."""
 
+class PoolNotFound(NotFound):
+    """The pool does not exist."""
+
 class ConnectError(RbdError):
     """The cluster could not be reached: configuration file, user, keyring or monitors."""
 
@@ -80,6 +83,50 @@ class RbdWriter:
     @property
     def closed(self) -> bool:
         """True once finished or aborted."""
+
+class RbdReader:
+    """Reads one image (or a snapshot of it) in order, chunk by chunk, with asynchronous reads
+    in flight ahead of the consumer up to a byte bound. Each chunk is a new `bytes`."""
+
+    def __new__(
+        cls,
+        pool: str,
+        image: str,
+        *,
+        snapshot: Optional[str] = None,
+        conffile: Optional[str] = None,
+        user: Optional[str] = None,
+        connect_timeout: Optional[int] = None,
+        chunk_size: int = 8 << 20,
+        max_in_flight: int = ...,
+    ) -> RbdReader: ...
+    def __iter__(self) -> RbdReader: ...
+    def __next__(self) -> bytes:
+        """The next chunk; StopIteration at the end, and once closed."""
+    def close(self) -> None:
+        """Stops reading: waits for the reads in flight, closes the image. Safe to call again."""
+    def __enter__(self) -> RbdReader: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+    @property
+    def size(self) -> int:
+        """The size of the image (or of its snapshot), read when it was opened."""
+    @property
+    def pool(self) -> str: ...
+    @property
+    def image(self) -> str: ...
+    @property
+    def snapshot(self) -> Optional[str]: ...
+    @property
+    def bytes_read(self) -> int:
+        """Bytes handed out so far."""
+    @property
+    def closed(self) -> bool:
+        """True once every chunk has been handed out, or after close()."""
 
 def native_digests() -> List[str]:
     """The hashlib algorithm names `RbdWriter(digests=...)` can compute natively."""

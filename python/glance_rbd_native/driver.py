@@ -25,7 +25,7 @@ from glance_rbd_native._native import (
     ConnectError,
     ImageExists,
     NoSpace,
-    NotFound,
+    PoolNotFound,
     RbdWriter,
     native_digests,
 )
@@ -139,17 +139,26 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
     except NoSpace as exc:
         raise _storage_full(image_name, exc)
     except ConnectError as exc:
-        if store.backend_group and len(store.conf.enabled_backends) > 1:
-            reason = _("Error in store configuration: %s") % exc
-            LOG.debug(reason)
-            raise exceptions.BadStoreConfiguration(
-                store_name=store.backend_group, reason=reason)
-        LOG.error(_LE("Error connecting to ceph cluster: %s"), exc)
-        raise exceptions.BackendException(str(exc))
-    except NotFound as exc:
-        # Stock lets rados.ObjectNotFound escape for a missing pool; name the pool instead.
-        LOG.error("%s", exc)
-        raise exceptions.BackendException(str(exc))
+        raise unreachable(store, exc)
+    except PoolNotFound as exc:
+        raise missing_pool(exc)
+
+
+def unreachable(store, exc):
+    """The stock driver's exception for a cluster it cannot connect to (its get_connection),
+    with librados' reason in it."""
+    if store.backend_group and len(store.conf.enabled_backends) > 1:
+        reason = _("Error in store configuration: %s") % exc
+        LOG.debug(reason)
+        return exceptions.BadStoreConfiguration(store_name=store.backend_group, reason=reason)
+    LOG.error(_LE("Error connecting to ceph cluster: %s"), exc)
+    return exceptions.BackendException(str(exc))
+
+
+def missing_pool(exc):
+    """Stock lets rados.ObjectNotFound escape for a missing pool; this names the pool."""
+    LOG.error("%s", exc)
+    return exceptions.BackendException(str(exc))
 
 
 def _storage_full(image_name, exc):

@@ -1,22 +1,25 @@
-"""Swapping glance_store's rbd ``Store.add`` for the native one, and back."""
+"""Swapping glance_store's rbd ``Store.add``, ``get`` and ``get_size`` for the native ones, and
+back."""
 
 import logging
 
 LOG = logging.getLogger(__name__)
 
-_ORIGINAL_ADD = "_glance_rbd_native_original_add"
+# The stock methods, kept on the Store class while it is patched.
+_ORIGINALS = "_glance_rbd_native_originals"
 
 
 def patch(force=False):
-    """Makes glance_store's rbd driver upload through ``RbdWriter``. Safe to call again.
+    """Makes glance_store's rbd driver upload through ``RbdWriter`` and read through
+    ``RbdReader``. Safe to call again.
 
-    Returns True when the native writer is active. An unsupported glance_store version logs a
+    Returns True when the native driver is active. An unsupported glance_store version logs a
     warning and keeps the stock driver, unless ``force`` is set.
     """
     from glance_store import capabilities, driver as store_driver
     from glance_store._drivers import rbd
 
-    from glance_rbd_native import compat, driver
+    from glance_rbd_native import compat, download, driver
 
     if is_patched():
         return True
@@ -27,27 +30,36 @@ def patch(force=False):
             "keeping the stock rbd driver", ".".join(map(str, compat.OLDEST_SUPPORTED)),
             compat.NEWEST_SUPPORTED_MAJOR, ", ".join(compat.TESTED_VERSIONS), version)
         return False
-    native_add = store_driver.back_compat_add(capabilities.check(driver.add))
-    setattr(rbd.Store, _ORIGINAL_ADD, rbd.Store.add)
-    rbd.Store.add = native_add
+    # Wrapped as stock wraps its own: add and get check the store's capabilities, and add
+    # also takes the older calling convention.
+    native = {
+        "add": store_driver.back_compat_add(capabilities.check(driver.add)),
+        "get": capabilities.check(download.get),
+        "get_size": download.get_size,
+    }
+    setattr(rbd.Store, _ORIGINALS, {name: rbd.Store.__dict__[name] for name in native})
+    for name, method in native.items():
+        setattr(rbd.Store, name, method)
     LOG.info("glance-rbd-native: the native RBD writer is active for glance_store %s "
-             "(%d MiB in flight per upload)", version, driver.max_in_flight() >> 20)
+             "(%d MiB in flight per upload and per download), and the native reader", version,
+             driver.max_in_flight() >> 20)
     return True
 
 
 def unpatch():
-    """Puts the stock ``Store.add`` back. Safe to call when not patched."""
+    """Puts the stock methods back. Safe to call when not patched."""
     from glance_store._drivers import rbd
 
-    original = rbd.Store.__dict__.get(_ORIGINAL_ADD)
-    if original is not None:
-        rbd.Store.add = original
-        delattr(rbd.Store, _ORIGINAL_ADD)
+    originals = rbd.Store.__dict__.get(_ORIGINALS)
+    if originals is not None:
+        for name, method in originals.items():
+            setattr(rbd.Store, name, method)
+        delattr(rbd.Store, _ORIGINALS)
         LOG.info("glance-rbd-native: the stock RBD driver is back")
 
 
 def is_patched():
-    """True when glance_store's rbd driver currently uploads through the native writer."""
+    """True when glance_store's rbd driver currently runs the native methods."""
     from glance_store._drivers import rbd
 
-    return _ORIGINAL_ADD in rbd.Store.__dict__
+    return _ORIGINALS in rbd.Store.__dict__

@@ -1,0 +1,187 @@
+//! Reading one image in order, chunk by chunk, with reads in flight ahead of the consumer up
+//! to a byte bound: the consumer takes each chunk as soon as it has arrived, while the next
+//! ones are already on their way.
+//!
+//! Where each chunk lands is the caller's choice (`Destination`): the Python reader hands
+//! librbd the storage of a fresh `bytes` object, so a chunk is never copied.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::aio::{Completion, Poll};
+use crate::cluster::Cluster;
+use crate::error::{Error, Result, check};
+use crate::ffi;
+use crate::image::Image;
+
+/// Memory librbd reads a chunk into: it must stay where it is until dropped.
+pub trait Destination: Send {
+    fn as_mut_ptr(&mut self) -> *mut u8;
+    fn len(&self) -> usize;
+}
+
+impl Destination for Vec<u8> {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.as_mut_slice().as_mut_ptr()
+    }
+
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+pub struct DownloadOptions {
+    pub pool: String,
+    pub image: String,
+    pub snapshot: Option<String>,
+    pub chunk_size: usize,
+    /// Bytes in flight ahead of the consumer; at least one chunk is, whatever the bound.
+    pub max_in_flight: usize,
+}
+
+/// Fields drop in order: the completion waits for the read before its destination goes.
+struct Pending<D> {
+    completion: Completion,
+    offset: u64,
+    destination: D,
+}
+
+pub struct Download<D: Destination> {
+    image: Image,
+    size: u64,
+    chunk_size: usize,
+    limit: usize,
+    /// Where the next read starts.
+    next: u64,
+    /// Bytes handed to the consumer.
+    delivered: u64,
+    queue: VecDeque<Pending<D>>,
+    in_flight: usize,
+}
+
+impl<D: Destination> Download<D> {
+    /// Opens the image, at the snapshot if one is named; nothing is read yet.
+    pub fn open(cluster: &Arc<Cluster>, options: &DownloadOptions) -> Result<Self> {
+        if options.chunk_size == 0 {
+            return Err(Error::Usage("chunk_size must be at least 1 byte".into()));
+        }
+        let ioctx = Arc::new(cluster.pool(&options.pool)?);
+        let image = Image::open_for_reading(ioctx, &options.image, options.snapshot.as_deref())?;
+        let size = image.size()?;
+        Ok(Download {
+            image,
+            size,
+            chunk_size: options.chunk_size,
+            limit: options.max_in_flight.max(1),
+            next: 0,
+            delivered: 0,
+            queue: VecDeque::new(),
+            in_flight: 0,
+        })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    /// The lengths of the reads to start now to fill the bound, in order: the caller makes a
+    /// destination of each length and hands them to `start`.
+    pub fn wanted(&self) -> Vec<usize> {
+        let mut lengths = Vec::new();
+        let (mut next, mut in_flight) = (self.next, self.in_flight);
+        while next < self.size {
+            let len = usize::try_from(self.size - next).map_or(self.chunk_size, |left| {
+                left.min(self.chunk_size)
+            });
+            let idle = self.queue.is_empty() && lengths.is_empty();
+            if !idle && in_flight + len > self.limit {
+                break;
+            }
+            lengths.push(len);
+            next += len as u64;
+            in_flight += len;
+        }
+        lengths
+    }
+
+    /// Starts reading the next `destination.len()` bytes into `destination`.
+    pub fn start(&mut self, mut destination: D) -> Result<()> {
+        let len = destination.len();
+        if len == 0 || self.next + len as u64 > self.size {
+            return Err(Error::Usage(format!(
+                "a read of {len} bytes at {} does not fit an image of {} bytes",
+                self.next, self.size
+            )));
+        }
+        let mut completion = Completion::new(&self.image, "starting a read from")?;
+        // SAFETY: the image is open; the destination is `len` writable bytes that stay in
+        // place in `Pending` until the completion has been waited for.
+        let ret = unsafe {
+            ffi::rbd_aio_read(
+                self.image.handle(),
+                self.next,
+                len,
+                destination.as_mut_ptr().cast(),
+                completion.handle(),
+            )
+        };
+        completion.submitted(ret, "starting a read from", &self.image)?;
+        self.queue.push_back(Pending {
+            completion,
+            offset: self.next,
+            destination,
+        });
+        self.next += len as u64;
+        self.in_flight += len;
+        Ok(())
+    }
+
+    /// The next chunk, in order, once it has arrived; None at the end of the image.
+    pub fn next_chunk(&mut self, poll: Poll) -> Result<Option<D>> {
+        let Some(oldest) = self.queue.front() else {
+            return Ok(None);
+        };
+        let ret = oldest.completion.wait(poll)?;
+        let pending = self.queue.pop_front().expect("front exists");
+        let len = pending.destination.len();
+        self.in_flight -= len;
+        let read = check(ret as i64, "reading from", self.image.target())?;
+        if read != len as i64 {
+            // The image shrank under the reader: what was asked for is not there any more.
+            log::debug!("read of {len} bytes at {} returned {read}", pending.offset);
+            return Err(Error::ceph("reading (short) from", self.image.target(), -libc::EIO as i64));
+        }
+        self.delivered += len as u64;
+        Ok(Some(pending.destination))
+    }
+
+    /// Waits for the reads still in flight and gives their destinations back, unread: for a
+    /// consumer that stops early. The image closes when the Download is dropped.
+    pub fn drain(&mut self) -> Vec<D> {
+        self.in_flight = 0;
+        self.next = self.size;
+        self.queue
+            .drain(..)
+            .map(|pending| {
+                let Pending {
+                    completion,
+                    destination,
+                    ..
+                } = pending;
+                drop(completion); // waits for the read
+                destination
+            })
+            .collect()
+    }
+}
+
+impl<D: Destination> Drop for Download<D> {
+    /// Destinations must outlive librbd's use of them, and reads the image: drained first.
+    fn drop(&mut self) {
+        drop(self.drain());
+    }
+}

@@ -1,0 +1,271 @@
+//! `RbdReader`, the Python face of a download: an iterator of `bytes`, one per chunk, in order.
+//!
+//! Each chunk is read by librbd straight into a fresh `bytes` object, made (attached) before
+//! its read starts and handed to Python only once the read is done: nothing else can see it
+//! meanwhile, and nothing is copied. GIL rule (`detach`): never block while attached.
+
+use std::ptr::NonNull;
+use std::sync::{Mutex, PoisonError};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyType};
+
+use crate::cluster::{Cluster, ConnectOptions};
+use crate::detach;
+use crate::download::{Destination, Download, DownloadOptions};
+use crate::error::Error;
+use crate::upload::DEFAULT_MAX_IN_FLIGHT;
+
+/// glance_store's rbd chunk size, the stock driver's READ_CHUNKSIZE.
+const DEFAULT_CHUNK_SIZE: usize = 8 << 20;
+
+/// A new `bytes` object whose storage librbd fills.
+struct NewBytes {
+    object: Py<PyBytes>,
+    storage: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the object is reachable from this value alone until the read into it is done, so
+// its storage may be written from librbd's threads; `Py` itself is Send.
+unsafe impl Send for NewBytes {}
+
+impl NewBytes {
+    fn new(py: Python<'_>, len: usize) -> PyResult<NewBytes> {
+        // A null source gives an uninitialised object of that length; never the shared empty
+        // or one-byte objects (those are only returned for size 0, or with a source).
+        let size = isize::try_from(len).map_err(|_| Error::Usage("chunk too large".into()))?;
+        assert!(len > 0, "reads are never empty");
+        // SAFETY: plain object creation with the interpreter attached.
+        let object = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), size),
+            )?
+        };
+        // SAFETY: the object is a bytes object, alive as long as `object`.
+        let storage = unsafe { pyo3::ffi::PyBytes_AsString(object.as_ptr()) };
+        Ok(NewBytes {
+            object: object.cast_into::<PyBytes>()?.unbind(),
+            storage: NonNull::new(storage.cast()).expect("bytes storage"),
+            len,
+        })
+    }
+}
+
+impl Destination for NewBytes {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.storage.as_ptr()
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Reads one image (or a snapshot of it) in order, chunk by chunk, with asynchronous reads in
+/// flight ahead of the consumer up to a byte bound.
+#[pyclass(frozen, module = "glance_rbd_native._native")]
+pub struct RbdReader {
+    download: Mutex<Option<Download<NewBytes>>>,
+    size: u64,
+    pool: String,
+    image: String,
+    snapshot: Option<String>,
+}
+
+#[pymethods]
+impl RbdReader {
+    #[new]
+    #[pyo3(signature = (
+        pool, image, *, snapshot = None, conffile = None, user = None, connect_timeout = None,
+        chunk_size = DEFAULT_CHUNK_SIZE, max_in_flight = DEFAULT_MAX_IN_FLIGHT,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        pool: String,
+        image: String,
+        snapshot: Option<String>,
+        conffile: Option<String>,
+        user: Option<String>,
+        connect_timeout: Option<u32>,
+        chunk_size: usize,
+        max_in_flight: usize,
+    ) -> PyResult<Self> {
+        if image.is_empty() {
+            return Err(Error::Usage("image name must not be empty".into()).into());
+        }
+        let connect = ConnectOptions {
+            conf_file: conffile.filter(|c| !c.is_empty()),
+            user: user.filter(|u| !u.is_empty()),
+            timeout: connect_timeout,
+        };
+        let options = DownloadOptions {
+            pool: pool.clone(),
+            image: image.clone(),
+            snapshot: snapshot.clone(),
+            chunk_size,
+            max_in_flight,
+        };
+        let download = detach::run(py, |_poll| {
+            Download::open(&Cluster::shared(&connect)?, &options)
+        })?;
+        Ok(RbdReader {
+            size: download.size(),
+            download: Mutex::new(Some(download)),
+            pool,
+            image,
+            snapshot,
+        })
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// The next chunk as `bytes`; StopIteration at the end, and once closed.
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyBytes>>> {
+        // Attached: make the objects the next reads land in.
+        let wanted = self.with_download(py, |d| d.map(Download::wanted).unwrap_or_default());
+        let destinations = wanted
+            .into_iter()
+            .map(|len| NewBytes::new(py, len))
+            .collect::<PyResult<Vec<_>>>()?;
+        let chunk = detach::run(py, |poll| {
+            let mut guard = self.download.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(download) = guard.as_mut() else {
+                return Ok(None);
+            };
+            for destination in destinations {
+                download.start(destination)?;
+            }
+            download.next_chunk(poll)
+        });
+        match chunk {
+            Ok(Some(bytes)) => Ok(Some(bytes.object)),
+            Ok(None) => {
+                self.close(py);
+                Ok(None)
+            }
+            Err(err) => {
+                // A failed read ends the download: drained and closed, then raised.
+                self.close(py);
+                Err(err)
+            }
+        }
+    }
+
+    /// Stops reading: waits for the reads in flight, closes the image. Safe to call again.
+    fn close(&self, py: Python<'_>) {
+        let unread = py.detach(|| {
+            let download = self
+                .download
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            download.map(|mut d| d.drain()).unwrap_or_default()
+        });
+        drop(unread); // attached: the unread objects go at once
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyType>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> bool {
+        self.close(py);
+        false
+    }
+
+    /// The size of the image (or of its snapshot), read when it was opened.
+    #[getter]
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    #[getter]
+    fn pool(&self) -> &str {
+        &self.pool
+    }
+
+    #[getter]
+    fn image(&self) -> &str {
+        &self.image
+    }
+
+    #[getter]
+    fn snapshot(&self) -> Option<&str> {
+        self.snapshot.as_deref()
+    }
+
+    /// Bytes handed out so far.
+    #[getter]
+    fn bytes_read(&self, py: Python<'_>) -> u64 {
+        self.with_download(py, |d| d.map_or(self.size, Download::delivered))
+    }
+
+    /// True once every chunk has been handed out, or after close().
+    #[getter]
+    fn closed(&self, py: Python<'_>) -> bool {
+        self.with_download(py, |d| d.is_none())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "<RbdReader {}/{}{} {} of {} bytes read{}>",
+            self.pool,
+            self.image,
+            self.snapshot
+                .as_deref()
+                .map_or_else(String::new, |s| format!("@{s}")),
+            self.bytes_read(py),
+            self.size,
+            if self.closed(py) { ", closed" } else { "" }
+        )
+    }
+}
+
+impl RbdReader {
+    fn with_download<T: Send>(
+        &self,
+        py: Python<'_>,
+        read: impl FnOnce(Option<&Download<NewBytes>>) -> T + Send,
+    ) -> T {
+        py.detach(|| {
+            read(
+                self.download
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .as_ref(),
+            )
+        })
+    }
+}
+
+impl Drop for RbdReader {
+    /// A reader collected mid-stream drains its reads with the interpreter detached, so other
+    /// threads go on; at interpreter shutdown, `Download`'s own drop does the same, attached.
+    fn drop(&mut self) {
+        let download = self
+            .download
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(download) = download {
+            Python::try_attach(|py| {
+                let unread = py.detach(move || {
+                    let mut download = download;
+                    download.drain()
+                });
+                drop(unread);
+            });
+        }
+    }
+}
