@@ -17,7 +17,8 @@ use crate::image::Image;
 /// Memory librbd reads a chunk into: it must stay where it is until dropped.
 pub trait Destination: Send {
     fn as_mut_ptr(&mut self) -> *mut u8;
-    fn len(&self) -> usize;
+    /// How many bytes to read into it.
+    fn size(&self) -> usize;
 }
 
 impl Destination for Vec<u8> {
@@ -25,8 +26,8 @@ impl Destination for Vec<u8> {
         self.as_mut_slice().as_mut_ptr()
     }
 
-    fn len(&self) -> usize {
-        Vec::len(self)
+    fn size(&self) -> usize {
+        self.len()
     }
 }
 
@@ -91,26 +92,18 @@ impl<D: Destination> Download<D> {
     /// The lengths of the reads to start now to fill the bound, in order: the caller makes a
     /// destination of each length and hands them to `start`.
     pub fn wanted(&self) -> Vec<usize> {
-        let mut lengths = Vec::new();
-        let (mut next, mut in_flight) = (self.next, self.in_flight);
-        while next < self.size {
-            let len = usize::try_from(self.size - next).map_or(self.chunk_size, |left| {
-                left.min(self.chunk_size)
-            });
-            let idle = self.queue.is_empty() && lengths.is_empty();
-            if !idle && in_flight + len > self.limit {
-                break;
-            }
-            lengths.push(len);
-            next += len as u64;
-            in_flight += len;
-        }
-        lengths
+        plan(
+            self.next,
+            self.size,
+            self.chunk_size,
+            self.in_flight,
+            self.limit,
+        )
     }
 
-    /// Starts reading the next `destination.len()` bytes into `destination`.
+    /// Starts reading the next `destination.size()` bytes into `destination`.
     pub fn start(&mut self, mut destination: D) -> Result<()> {
-        let len = destination.len();
+        let len = destination.size();
         if len == 0 || self.next + len as u64 > self.size {
             return Err(Error::Usage(format!(
                 "a read of {len} bytes at {} does not fit an image of {} bytes",
@@ -147,13 +140,17 @@ impl<D: Destination> Download<D> {
         };
         let ret = oldest.completion.wait(poll)?;
         let pending = self.queue.pop_front().expect("front exists");
-        let len = pending.destination.len();
+        let len = pending.destination.size();
         self.in_flight -= len;
         let read = check(ret as i64, "reading from", self.image.target())?;
         if read != len as i64 {
             // The image shrank under the reader: what was asked for is not there any more.
             log::debug!("read of {len} bytes at {} returned {read}", pending.offset);
-            return Err(Error::ceph("reading (short) from", self.image.target(), -libc::EIO as i64));
+            return Err(Error::ceph(
+                "reading (short) from",
+                self.image.target(),
+                -libc::EIO as i64,
+            ));
         }
         self.delivered += len as u64;
         Ok(Some(pending.destination))
@@ -179,9 +176,80 @@ impl<D: Destination> Download<D> {
     }
 }
 
+/// The reads to start from `next` in an image of `size` bytes, chunk by chunk, while the bytes
+/// in flight stay within `limit`; with nothing in flight, one read goes whatever its size.
+fn plan(mut next: u64, size: u64, chunk: usize, mut in_flight: usize, limit: usize) -> Vec<usize> {
+    let mut lengths = Vec::new();
+    while next < size {
+        let len = usize::try_from(size - next).map_or(chunk, |left| left.min(chunk));
+        if in_flight > 0 && in_flight + len > limit {
+            break;
+        }
+        lengths.push(len);
+        next += len as u64;
+        in_flight += len;
+    }
+    lengths
+}
+
 impl<D: Destination> Drop for Download<D> {
     /// Destinations must outlive librbd's use of them, and reads the image: drained first.
     fn drop(&mut self) {
         drop(self.drain());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn fills_the_bound_in_chunks() {
+        assert_eq!(
+            plan(0, 100 * MIB as u64, 8 * MIB, 0, 64 * MIB),
+            vec![8 * MIB; 8]
+        );
+    }
+
+    #[test]
+    fn tops_up_as_chunks_are_taken() {
+        assert_eq!(
+            plan(
+                64 * MIB as u64,
+                100 * MIB as u64,
+                8 * MIB,
+                56 * MIB,
+                64 * MIB
+            ),
+            vec![8 * MIB]
+        );
+        assert!(
+            plan(
+                64 * MIB as u64,
+                100 * MIB as u64,
+                8 * MIB,
+                60 * MIB,
+                64 * MIB
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn the_last_chunk_is_short_and_nothing_follows_the_end() {
+        assert_eq!(
+            plan(0, 10 * MIB as u64 + 5, 8 * MIB, 0, 64 * MIB),
+            vec![8 * MIB, 2 * MIB + 5]
+        );
+        assert!(plan(7, 7, 8 * MIB, 0, 64 * MIB).is_empty());
+        assert!(plan(0, 0, 8 * MIB, 0, 64 * MIB).is_empty());
+    }
+
+    #[test]
+    fn one_read_goes_even_over_a_small_bound() {
+        assert_eq!(plan(0, 32 * MIB as u64, 8 * MIB, 0, MIB), vec![8 * MIB]);
+        assert!(plan(8 * MIB as u64, 32 * MIB as u64, 8 * MIB, 8 * MIB, MIB).is_empty());
     }
 }

@@ -58,7 +58,7 @@ impl Destination for NewBytes {
         self.storage.as_ptr()
     }
 
-    fn len(&self) -> usize {
+    fn size(&self) -> usize {
         self.len
     }
 }

@@ -1,4 +1,5 @@
-"""Faults and load on the real cluster: a stopped OSD, interrupts, many uploads at once."""
+"""Faults and load on the real cluster: a stopped OSD (uploading and downloading), interrupts,
+many uploads at once."""
 
 import errno
 import io
@@ -11,11 +12,14 @@ import threading
 import time
 
 import pytest
+import rbd as rbd_module
 
 import glance_rbd_native
 from glance_rbd_native import RbdWriter
+from glance_store import location
+from glance_store._drivers import rbd
 from harness.cluster import free_port
-from support import MiB, data_of, expected_result, make_store, new_name
+from support import SNAP, MiB, data_of, expected_result, make_store, new_name
 
 pytestmark = pytest.mark.cluster
 
@@ -173,6 +177,47 @@ def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
     records = [r for r in caplog.records if r.getMessage() == removed]
     assert len(records) == 1
     assert records[0].thread == threading.get_ident()
+
+
+def test_osd_stopped_mid_read_errors_within_the_timeout(cluster, clean_pool, osd_stopped,
+                                                        monkeypatch):
+    """A download whose OSD goes away: the reads in flight and the next ones time out within
+    rados_connect_timeout, the consumer gets a clear error, and the reader lets go of the
+    image (it is removable once the OSD is back)."""
+    monkeypatch.setenv("GLANCE_RBD_NATIVE_MAX_IN_FLIGHT_MIB", "4")  # most reads still to make
+    glance_rbd_native.patch()
+    timeout = 5
+    data = data_of(32 * MiB)
+    name = new_name("osd-down-read")
+    clean_pool.create(name, len(data))
+    clean_pool.write(name, data)
+    clean_pool.snapshot(name)
+    store = make_store(cluster, chunk_mib=1, timeout=timeout)
+    uri = f"rbd://{cluster.fsid}/{cluster.pool}/{name}/{SNAP}"
+    chunks, size = store.get(location.Location("rbd", rbd.StoreLocation, store.conf, uri=uri))
+    stream = iter(chunks)
+    assert next(stream) == data[:MiB]
+    osd_stopped()
+    stopped = time.monotonic()
+    with pytest.raises(glance_rbd_native.RbdError) as raised:
+        for _ in stream:
+            pass
+    elapsed = time.monotonic() - stopped
+    assert raised.value.errno == errno.ETIMEDOUT
+    assert f"image '{name}' in pool '{cluster.pool}'" in str(raised.value)
+    assert elapsed < 3 * timeout, f"{elapsed:.1f}s"
+    cluster.start_osd()
+
+    def removed():
+        try:
+            clean_pool.remove(name)
+        except rbd_module.ImageBusy:
+            return False
+        return True
+
+    # The reader closed the image while the OSD was down, so its watch could not be taken
+    # back: it lapses on the OSD's watch timeout (30 s), and then the image can go.
+    assert wait_until(removed, timeout=90)
 
 
 @pytest.fixture

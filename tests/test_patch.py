@@ -9,25 +9,30 @@ import textwrap
 import pytest
 
 import glance_rbd_native
-from glance_rbd_native import driver
+from glance_rbd_native import download, driver
 from glance_store import capabilities, driver as store_driver
 from glance_store._drivers import rbd
 
 
+REPLACED = ("add", "get", "get_size")
+
+
 def test_patch_is_repeat_safe_and_reversible(caplog):
-    original = rbd.Store.add
+    originals = {name: rbd.Store.__dict__[name] for name in REPLACED}
     with caplog.at_level(logging.INFO, logger="glance_rbd_native"):
         assert glance_rbd_native.patch()
         assert glance_rbd_native.patch()
     assert glance_rbd_native.is_patched()
-    assert rbd.Store.add is not original
+    assert rbd.Store.get_size is download.get_size
+    for name, original in originals.items():
+        assert rbd.Store.__dict__[name] is not original
     assert [r.message for r in caplog.records].count(
         next(r.message for r in caplog.records if "native RBD writer is active" in r.message)
     ) == 1
     glance_rbd_native.unpatch()
     glance_rbd_native.unpatch()
     assert not glance_rbd_native.is_patched()
-    assert rbd.Store.add is original
+    assert {name: rbd.Store.__dict__[name] for name in REPLACED} == originals
 
 
 def test_patched_add_keeps_the_stock_wrappers():
@@ -39,6 +44,8 @@ def test_patched_add_keeps_the_stock_wrappers():
     assert add.__code__ is stock_add.__code__
     assert add.__code__ is store_driver.back_compat_add(driver.add).__code__
     assert add.__wrapped__.__code__ is capabilities.check(driver.add).__code__
+    # get is wrapped by capabilities.check too; get_size is not, in stock as here.
+    assert rbd.Store.get.__code__ is capabilities.check(download.get).__code__
 
 
 def test_in_flight_setting(monkeypatch, caplog):

@@ -58,22 +58,26 @@ class ImageChunks:
         self._chunks = None
 
     def __iter__(self):
-        self._chunks = self._read()
+        self._chunks = _chunks(self.store, self.pool, self.name, self.snapshot)
         return self._chunks
 
     def close(self):
         if self._chunks is not None:
             self._chunks.close()
 
-    def _read(self):
-        try:
-            with _open(self.store, self.pool, self.name, self.snapshot) as reader:
-                # Closing this generator (or dropping it) closes the reader: `yield from`
-                # passes close() on, and leaving the block closes it again, harmlessly.
-                yield from reader
-        except NotFound:
-            # Missing from the start, or deleted while being read.
-            raise exceptions.NotFound(_('RBD image %s does not exist') % self.name)
+
+def _chunks(store, pool, image, snapshot):
+    """The image's chunks. Not a method: a generator whose frame held the ImageChunks that
+    holds it would be a reference cycle, freed only by the cyclic collector; as it is, a
+    consumer that drops it (glance, when a client hangs up) closes the reader at once."""
+    try:
+        with _open(store, pool, image, snapshot) as reader:
+            # Closing this generator closes the reader: `yield from` passes close() on, and
+            # leaving the block closes it again, harmlessly.
+            yield from reader
+    except NotFound:
+        # Missing from the start, or deleted while being read.
+        raise exceptions.NotFound(_('RBD image %s does not exist') % image)
 
 
 def _open(store, pool, image, snapshot):

@@ -1,0 +1,79 @@
+"""Downloads through glance-api under uWSGI. Whole downloads are checked byte for byte with
+every upload (clients.assert_stored, on every server); here, clients that walk away halfway:
+the worker's native reader is stopped and let go each time, so file descriptors, threads and
+memory of the workers stay flat."""
+
+import io
+import os
+import re
+import socket
+
+import pytest
+
+from support import MiB, data_of
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+
+SIZE = 16 * MiB
+ABANDONED = 300
+
+
+def workers(api):
+    """The pids of the uWSGI master's children."""
+    children = set()
+    for task in os.listdir(f"/proc/{api.pid}/task"):
+        with open(f"/proc/{api.pid}/task/{task}/children") as listed:
+            children.update(int(pid) for pid in listed.read().split())
+    return sorted(children)
+
+
+def usage(pids):
+    """Open file descriptors, threads and resident MiB, summed over `pids`."""
+    fds = threads = rss = 0
+    for pid in pids:
+        fds += len(os.listdir(f"/proc/{pid}/fd"))
+        threads += len(os.listdir(f"/proc/{pid}/task"))
+        with open(f"/proc/{pid}/status") as status:
+            rss += int(re.search(r"^VmRSS:\s+(\d+) kB", status.read(), re.M).group(1)) / 1024
+    return fds, threads, rss
+
+
+def abandon(api, image_id):
+    """GETs the image and hangs up once half of it has arrived."""
+    with socket.create_connection(("127.0.0.1", api.port), timeout=60) as sock:
+        sock.sendall(f"GET /v2/images/{image_id}/file HTTP/1.1\r\nHost: glance\r\n"
+                     f"Connection: close\r\n\r\n".encode())
+        received = 0
+        while received < SIZE // 2:
+            got = sock.recv(1 << 20)
+            assert got, "the server closed first"
+            received += len(got)
+
+
+def test_abandoned_downloads_leave_nothing_behind(glance_servers, cluster, clean_pool):
+    api = glance_servers("native")
+    data = data_of(SIZE, seed=300)
+    image_id = api.create_image("e2e abandoned downloads")
+    try:
+        assert api.upload(image_id, io.BytesIO(data), size=SIZE)[0] == 204
+        pids = workers(api)
+        assert len(pids) == 2
+        for _ in range(20):  # both workers connected, their caches warm
+            abandon(api, image_id)
+        fds, threads, rss = usage(pids)
+        for _ in range(ABANDONED):
+            abandon(api, image_id)
+        assert workers(api) == pids  # no worker died and was replaced
+        # Each reader was closed when glance dropped its iterator: none watches the image.
+        status = cluster.rbd("status", f"{cluster.pool}/{image_id}")
+        assert "Watchers: none" in status, status
+        after = usage(pids)
+        print(f"workers before/after {ABANDONED} abandoned downloads: fds {fds}/{after[0]}, "
+              f"threads {threads}/{after[1]}, RSS {rss:.0f}/{after[2]:.0f} MiB")
+        assert after[0] <= fds + 4, (fds, after)
+        assert after[1] <= threads + 2, (threads, after)
+        assert after[2] <= rss + 48, (rss, after)
+        status, body = api.request("GET", f"/v2/images/{image_id}/file")
+        assert status == 200 and body == data
+    finally:
+        api.delete(image_id)
