@@ -1,9 +1,10 @@
 """`make bench`: every performance target, side by side in one run, on a throwaway cluster.
 
-Each measurement is a child process (benchmarks/upload.py, or the Ceph and coreutils tools), so
-CPU time, peak RSS and CEPH_ARGS belong to it alone. The glance-api rows PUT the image from this
-process to two glance-api servers under uWSGI (tests/harness/glance_api.py: master, 2 processes
-of 2 threads, lazy-apps) that differ only in GLANCE_RBD_NATIVE.
+Each measurement is a child process (benchmarks/upload.py and download.py, or the Ceph and
+coreutils tools), so CPU time, peak RSS and CEPH_ARGS belong to it alone. The glance-api rows
+drive glance-api servers under uWSGI (tests/harness/glance_api.py: master, 2 processes of 2
+threads, lazy-apps) that differ only in GLANCE_RBD_NATIVE: PUTs from this process, and
+copy-image between two rbd backends of multi-store servers.
 Every row runs ROUNDS times, interleaved, and reports medians. The table goes to stdout, everything measured to BENCH_JSON.
 
     make bench                      # 1 GiB images, 3 rounds
@@ -30,7 +31,7 @@ import numpy as np  # noqa: E402
 from harness import venvs  # noqa: E402
 from harness.cluster import Cluster  # noqa: E402
 from harness.debian_root import TRIXIE, DebianRoot  # noqa: E402
-from harness.glance_api import GlanceApi  # noqa: E402
+from harness.glance_api import BACKEND, SECOND_BACKEND, SECOND_POOL, GlanceApi  # noqa: E402
 from harness.mariadb import MariaDB  # noqa: E402
 from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT  # noqa: E402
 
@@ -42,6 +43,8 @@ OUT = pathlib.Path(os.environ.get("BENCH_JSON", ".bench/results.json"))
 LATENCY = ("--ms_inject_delay_type osd --ms_inject_delay_probability 1 "
            "--ms_inject_delay_max 0.02")
 CHUNK = 8 * MiB
+READ = "read-source"  # the image the read rows read
+SNAP = "snap"  # glance's snapshot name
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -167,6 +170,52 @@ class Bench:
                                f"{out[:300]!r} {image['status']} {image['checksum']}")
         return {"seconds": seconds}
 
+    def download(self, driver, *, hashes=False, latency=False):
+        """benchmarks/download.py: Store.get of the image READ holds (the "random" file)."""
+        cmd = [sys.executable, str(HERE / "download.py"), "--conf", str(self.cluster.conf_path),
+               "--pool", self.cluster.pool, "--image", READ, "--driver", driver,
+               "--expect-md5", self.files["random:md5"]] + ["--hash"] * hashes
+        out = subprocess.run(cmd, capture_output=True, text=True, env=self.env(latency),
+                             timeout=900)
+        if out.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr}")
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        if not result["ok"]:
+            raise RuntimeError(f"{driver} download went wrong: {result}")
+        return result
+
+    def rbd_export(self, *, latency=False):
+        cmd = ["rbd", "-c", str(self.cluster.conf_path), "export", "--no-progress",
+               f"{self.cluster.pool}/{READ}@{SNAP}", "-"]
+        started = time.perf_counter()
+        subprocess.run(cmd, env=self.env(latency), stdout=subprocess.DEVNULL, check=True,
+                       timeout=900)
+        return {"seconds": time.perf_counter() - started}
+
+    def copy_image(self, server):
+        """copy-image of a 1 GiB image from ceph1 to ceph2 through a multi-store glance-api:
+        from the import request to the image active in both stores."""
+        api = self.servers[server]
+        image_id = api.create_image("bench copy-image")
+        try:
+            with open(self.files["random"], "rb") as f:
+                status, out = api.upload(image_id, f, size=SIZE)
+            if status != 204:
+                raise RuntimeError(f"upload to {server}: {status} {out[:300]!r}")
+            started = time.perf_counter()
+            api.import_image(image_id, "copy-image", stores=[SECOND_BACKEND])
+            while True:
+                image = api.image(image_id)
+                if set(image.get("stores", "").split(",")) >= {BACKEND, SECOND_BACKEND}:
+                    break
+                if image.get("os_glance_failed_import") or time.perf_counter() - started > 600:
+                    raise RuntimeError(f"copy-image on {server} failed: {image}")
+                time.sleep(0.05)
+            seconds = time.perf_counter() - started
+        finally:
+            api.delete(image_id)
+        return {"seconds": seconds}
+
     def rbd_import(self, file, *, sparse=False, hashes=False, latency=False):
         name = f"import-{time.monotonic_ns()}"
         cmd = ["rbd", "-c", str(self.cluster.conf_path), "import", "--object-size", "8M",
@@ -226,6 +275,16 @@ def run_rows(bench):
         b.measure("api stock chunked", lambda: b.through_api("stock", "random", chunked=True))
         b.measure("debian13 stock", lambda: b.upload("stock", "random", debian13=True))
         b.measure("debian13 native", lambda: b.upload("native", "random", debian13=True))
+        b.measure("read stock", lambda: b.download("stock"))
+        b.measure("read native", lambda: b.download("native"))
+        b.measure("read rbd export", lambda: b.rbd_export())
+        b.measure("latency read native", lambda: b.download("native", latency=True))
+        b.measure("latency read stock", lambda: b.download("stock", latency=True))
+        b.measure("latency read rbd export", lambda: b.rbd_export(latency=True))
+        b.measure("hashing read stock", lambda: b.download("stock", hashes=True))
+        b.measure("hashing read native", lambda: b.download("native", hashes=True))
+        b.measure("copy-image native", lambda: b.copy_image("native-multistore"))
+        b.measure("copy-image stock", lambda: b.copy_image("stock-multistore"))
 
 
 def table(bench):
@@ -299,6 +358,26 @@ def table(bench):
         f"{api['api native chunked']:.2f}s, stock {api['api stock chunked']:.2f}s "
         f"({api['api stock chunked'] / api['api native chunked']:.2f}x)",
         "reported", None)
+    for case, key, target, goal in (
+            ("read, local", "", ">= 1.6x stock; <= 1.15x rbd export", 1.6),
+            ("read, latency model (20 ms)", "latency ", ">= 2.8x stock; <= 1.15x rbd export",
+             2.8)):
+        r_n, r_s, r_x = m(f"{key}read native"), m(f"{key}read stock"), m(f"{key}read rbd export")
+        row(case, f"native {r_n:.2f}s, stock {r_s:.2f}s ({r_s / r_n:.2f}x); rbd export "
+            f"{r_x:.2f}s ({r_n / r_x:.2f}x)", target, r_s / r_n >= goal and r_n <= 1.15 * r_x)
+    h_n, h_s = m("hashing read native"), m("hashing read stock")
+    row("read, the consumer hashing md5 and sha512",
+        f"native {h_n:.2f}s, stock {h_s:.2f}s ({h_s / h_n:.2f}x)", ">= 1.7x stock",
+        h_s / h_n >= 1.7)
+    peak = {k: m(k, "peak_rss_mib") - m(k, "baseline_rss_mib") for k in ("read native", "read stock")}
+    row("read, peak RSS over the process baseline",
+        f"native {peak['read native']:.0f} MiB, stock {peak['read stock']:.0f} MiB; read-ahead "
+        f"bound {bound} MiB + one {CHUNK // MiB} MiB chunk",
+        "native - stock <= bound + one chunk",
+        peak["read native"] - peak["read stock"] <= bound + CHUNK // MiB)
+    c_n, c_s = m("copy-image native"), m("copy-image stock")
+    row("copy-image ceph1 -> ceph2 through glance-api (multi-store, uWSGI)",
+        f"native {c_n:.2f}s, stock {c_s:.2f}s ({c_s / c_n:.2f}x)", "reported", None)
     d_n, d_s = m("debian13 native"), m("debian13 stock")
     row("Debian 13 root (Python 3.13, glance_store 4.9.1, Ceph 18.2.7 clients), known size, "
         "the host's wheel",
@@ -325,10 +404,18 @@ def main():
                     check=True).stdout.split()[0]
             with contextlib.ExitStack() as stack:
                 db = stack.enter_context(MariaDB(root / "mariadb"))
+                cluster.create_pool(SECOND_POOL)
                 servers = {name: stack.enter_context(GlanceApi(
                     root / f"glance-{name}", cluster.conf_path,
-                    db.create_database(f"glance_{name}"), native=name == "native"))
-                    for name in ("native", "stock")}
+                    db.create_database(f"glance_{name.replace('-', '_')}"),
+                    native=name.startswith("native"), multistore=name.endswith("multistore")))
+                    for name in ("native", "stock", "native-multistore", "stock-multistore")}
+                # The image every read row reads, stored as glance stores one (a protected
+                # snapshot), from the random file.
+                cluster.rbd("import", "--object-size", "8M", "--no-progress",
+                            str(files["random"]), f"{cluster.pool}/{READ}", timeout=600)
+                cluster.rbd("snap", "create", f"{cluster.pool}/{READ}@{SNAP}")
+                cluster.rbd("snap", "protect", f"{cluster.pool}/{READ}@{SNAP}")
                 debian13 = DebianRoot.ensure(TRIXIE, binds=[root, HERE.parent],
                                              read_only=[HERE.parent])
                 stack.callback(debian13.close)

@@ -4,8 +4,8 @@ Same contract as the stock ones on every supported release: ``get`` returns an i
 image's bytes in chunks of the store's ``READ_CHUNKSIZE`` and its size, the pool comes from the
 location (or the store), the image is read at the location's snapshot, and a missing image or
 snapshot raises ``NotFound`` with stock's messages. Unlike stock, the reads run ahead of the
-consumer (``RbdReader``), and one cached cluster connection serves both calls (stock connects
-twice per download). The image is opened as stock did before 5.4, watched: glance's delete
+consumer (``RbdReader``), and one cached cluster connection and one open of the image serve a
+download (stock connects twice and opens the image twice). The image is opened as stock did before 5.4, watched: glance's delete
 fails with InUseByStore while it is read (stock from 5.4 lets it go through, and serves zeros
 for the rest of the image).
 
@@ -27,57 +27,72 @@ LOG = logging.getLogger(__name__)
 
 def get(self, location, offset=0, chunk_size=None, context=None):
     """Reads an image through ``RbdReader``; see glance_store's ``Store.get``. Like stock,
-    ``offset`` and ``chunk_size`` are ignored: the store's READ_CHUNKSIZE is used."""
+    ``offset`` and ``chunk_size`` are ignored: the store's READ_CHUNKSIZE is used. The image
+    is opened once, here, for its size and for the first iteration."""
     loc = location.store_location
-    return (ImageChunks(self, loc.pool or self.pool, loc.image, loc.snapshot),
-            get_size(self, location))
+    reader = _open_located(self, loc)
+    return ImageChunks(self, loc.pool or self.pool, loc.image, loc.snapshot, reader), reader.size
 
 
 def get_size(self, location, context=None):
     """The size of the image at the location's snapshot; see glance_store's
     ``Store.get_size``."""
-    loc = location.store_location
-    try:
-        with _open(self, loc.pool or self.pool, loc.image, loc.snapshot) as reader:
-            return reader.size
-    except NotFound:
-        msg = _('RBD image %s does not exist') % loc.get_uri()
-        LOG.debug(msg)
-        raise exceptions.NotFound(msg)
+    with _open_located(self, location.store_location) as reader:
+        return reader.size
 
 
 class ImageChunks:
     """What ``get`` returns, in place of stock's ``ImageIterator``: each iteration reads the
-    image from the start, lazily; ``close()`` stops the latest one."""
+    image from the start (the first with the reader ``get`` opened), lazily; ``close()``
+    stops the latest one."""
 
-    def __init__(self, store, pool, image, snapshot):
+    def __init__(self, store, pool, image, snapshot, reader):
         self.store = store
         self.pool = pool
         self.name = image
         self.snapshot = snapshot
+        self._unread = reader  # opened by get(), for the first iteration
         self._chunks = None
 
     def __iter__(self):
-        self._chunks = _chunks(self.store, self.pool, self.name, self.snapshot)
+        reader, self._unread = self._unread, None
+        if reader is None:
+            store, pool, image, snapshot = self.store, self.pool, self.name, self.snapshot
+            self._chunks = _chunks(lambda: _open(store, pool, image, snapshot), image)
+        else:
+            self._chunks = _chunks(lambda: reader, self.name)
         return self._chunks
 
     def close(self):
+        if self._unread is not None:
+            self._unread.close()
         if self._chunks is not None:
             self._chunks.close()
 
 
-def _chunks(store, pool, image, snapshot):
-    """The image's chunks. Not a method: a generator whose frame held the ImageChunks that
-    holds it would be a reference cycle, freed only by the cyclic collector; as it is, a
-    consumer that drops it (glance, when a client hangs up) closes the reader at once."""
+def _chunks(open_reader, image):
+    """The chunks of the reader `open_reader()` gives. Not a method: a generator whose frame
+    held the ImageChunks that holds it would be a reference cycle, freed only by the cyclic
+    collector; as it is, a consumer that drops it (glance, when a client hangs up) closes the
+    reader at once."""
     try:
-        with _open(store, pool, image, snapshot) as reader:
+        with open_reader() as reader:
             # Closing this generator closes the reader: `yield from` passes close() on, and
             # leaving the block closes it again, harmlessly.
             yield from reader
     except NotFound:
         # Missing from the start, or deleted while being read.
         raise exceptions.NotFound(_('RBD image %s does not exist') % image)
+
+
+def _open_located(store, loc):
+    """An ``RbdReader`` on the image of a location, with stock get_size's NotFound."""
+    try:
+        return _open(store, loc.pool or store.pool, loc.image, loc.snapshot)
+    except NotFound:
+        msg = _('RBD image %s does not exist') % loc.get_uri()
+        LOG.debug(msg)
+        raise exceptions.NotFound(msg)
 
 
 def _open(store, pool, image, snapshot):

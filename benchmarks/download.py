@@ -1,0 +1,77 @@
+"""One measured download in a process of its own, so CPU time, peak RSS and CEPH_ARGS are its
+own: glance_store's Store.get of an image glance stored, stock or native.
+
+    python benchmarks/download.py --conf C --pool P --image NAME --driver native|stock
+        [--hash] [--expect-md5 MD5]
+
+With --hash the consumer computes md5 and sha512 of every chunk as it arrives, as glance does
+when it hashes an image (copy-image, the hash after add_location). Prints one JSON object: wall
+seconds, client CPU seconds, peak and baseline RSS, the md5 and whether it matches.
+"""
+
+import argparse
+import hashlib
+import json
+import pathlib
+import resource
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+
+import glance_rbd_native  # noqa: E402
+from glance_store import location  # noqa: E402
+from glance_store._drivers import rbd  # noqa: E402
+from support import SNAP, make_store  # noqa: E402
+from upload import Cluster, status_mib  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--conf", required=True)
+    parser.add_argument("--pool", required=True)
+    parser.add_argument("--image", required=True)
+    parser.add_argument("--driver", choices=("stock", "native"), required=True)
+    parser.add_argument("--hash", action="store_true")
+    parser.add_argument("--expect-md5")
+    args = parser.parse_args()
+
+    if args.driver == "native":
+        glance_rbd_native.patch()
+    store = make_store(Cluster(args.conf, args.pool))
+    with open(args.conf) as conf:  # the fsid is part of glance's location, not used to read
+        fsid = next(line.split("=", 1)[1].strip() for line in conf if line.startswith("fsid"))
+    uri = f"rbd://{fsid}/{args.pool}/{args.image}/{SNAP}"
+    where = location.Location("rbd", rbd.StoreLocation, store.conf, uri=uri)
+    # A first get_size connects (stock connects anew each time anyway): the baseline is a
+    # process ready to read.
+    store.get_size(where)
+    baseline = status_mib("VmRSS")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    md5 = hashlib.md5()
+    sha512 = hashlib.sha512() if args.hash else None
+    started = time.perf_counter()
+    chunks, size = store.get(where)
+    received = 0
+    for chunk in chunks:
+        received += len(chunk)
+        if sha512 is not None:
+            md5.update(chunk)
+            sha512.update(chunk)
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({
+        "driver": args.driver,
+        "seconds": seconds,
+        "bytes": received,
+        "size": size,
+        "cpu_seconds": (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime),
+        "peak_rss_mib": status_mib("VmHWM"),
+        "baseline_rss_mib": baseline,
+        "md5": md5.hexdigest() if args.hash else None,
+        "ok": received == size and (not args.hash or args.expect_md5 in (None, md5.hexdigest())),
+    }))
+
+
+if __name__ == "__main__":
+    main()
