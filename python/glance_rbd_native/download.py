@@ -5,9 +5,9 @@ image's bytes in chunks of the store's ``READ_CHUNKSIZE`` and its size, the pool
 location (or the store), the image is read at the location's snapshot, and a missing image or
 snapshot raises ``NotFound`` with stock's messages. Unlike stock, the reads run ahead of the
 consumer (``RbdReader``), and one cached cluster connection and one open of the image serve a
-download (stock connects twice and opens the image twice). The image is opened as stock did before 5.4, watched: glance's delete
-fails with InUseByStore while it is read (stock from 5.4 lets it go through, and serves zeros
-for the rest of the image).
+download (stock connects twice and opens the image twice). The image is opened as stock did
+before 5.4, watched: glance's delete fails with InUseByStore while it is read (stock from 5.4
+lets it go through, and serves zeros for the rest of the image).
 
 The iterable reads lazily, as stock's does. The iterator it gives can be closed, or dropped,
 mid-stream (a client that disconnects): the reads in flight are drained and the image closed.

@@ -1,12 +1,19 @@
 """Downloads through glance-api under uWSGI. Whole downloads are checked byte for byte with
 every upload (clients.assert_stored, on every server); here, clients that walk away halfway:
 the worker's native reader is stopped and let go each time, so file descriptors, threads and
-memory of the workers stay flat."""
+memory of the workers stay flat.
+
+Memory is measured once it has settled: each worker's threads (uWSGI's, librbd's) have glibc
+arenas that keep freed chunks, and after the first downloads a worker's RSS grows by some
+hundred MiB before it levels off, with the stock driver as with the native one, and moves by
+tens of MiB after. A leak of one chunk per download would be 2.4 GiB over ABANDONED downloads,
+of one MiB, 300 MiB: the bound is under that."""
 
 import io
 import os
 import re
 import socket
+import time
 
 import pytest
 
@@ -15,6 +22,7 @@ from support import MiB, data_of
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
 SIZE = 16 * MiB
+SETTLE = 100
 ABANDONED = 300
 
 
@@ -50,6 +58,14 @@ def abandon(api, image_id):
             received += len(got)
 
 
+def wait_for(probe, done, timeout=10.0):
+    """probe() until done(result) or the timeout; the last result."""
+    deadline = time.monotonic() + timeout
+    while not done(result := probe()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return result
+
+
 def test_abandoned_downloads_leave_nothing_behind(glance_servers, cluster, clean_pool):
     api = glance_servers("native")
     data = data_of(SIZE, seed=300)
@@ -58,21 +74,23 @@ def test_abandoned_downloads_leave_nothing_behind(glance_servers, cluster, clean
         assert api.upload(image_id, io.BytesIO(data), size=SIZE)[0] == 204
         pids = workers(api)
         assert len(pids) == 2
-        for _ in range(20):  # both workers connected, their caches warm
+        for _ in range(SETTLE):  # both workers connected, their caches and arenas warm
             abandon(api, image_id)
         fds, threads, rss = usage(pids)
         for _ in range(ABANDONED):
             abandon(api, image_id)
         assert workers(api) == pids  # no worker died and was replaced
-        # Each reader was closed when glance dropped its iterator: none watches the image.
-        status = cluster.rbd("status", f"{cluster.pool}/{image_id}")
+        # Each reader is closed when glance drops its iterator (the last one once its worker
+        # has seen the hang-up): none watches the image.
+        status = wait_for(lambda: cluster.rbd("status", f"{cluster.pool}/{image_id}"),
+                          lambda listed: "Watchers: none" in listed)
         assert "Watchers: none" in status, status
         after = usage(pids)
         print(f"workers before/after {ABANDONED} abandoned downloads: fds {fds}/{after[0]}, "
               f"threads {threads}/{after[1]}, RSS {rss:.0f}/{after[2]:.0f} MiB")
         assert after[0] <= fds + 4, (fds, after)
         assert after[1] <= threads + 2, (threads, after)
-        assert after[2] <= rss + 48, (rss, after)
+        assert after[2] <= rss + 128, (rss, after)
         status, body = api.request("GET", f"/v2/images/{image_id}/file")
         assert status == 200 and body == data
     finally:
