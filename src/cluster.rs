@@ -23,6 +23,17 @@ pub struct ConnectOptions {
     pub timeout: Option<u32>,
 }
 
+impl ConnectOptions {
+    /// From glance's settings, where an empty string means unset.
+    pub fn new(conf_file: Option<String>, user: Option<String>, timeout: Option<u32>) -> Self {
+        ConnectOptions {
+            conf_file: conf_file.filter(|c| !c.is_empty()),
+            user: user.filter(|u| !u.is_empty()),
+            timeout,
+        }
+    }
+}
+
 /// A connected `rados_t`, shut down when the last user lets go of it.
 pub struct Cluster {
     handle: rados::rados_t,

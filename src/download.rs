@@ -67,7 +67,7 @@ impl<D: Destination> Download<D> {
             return Err(Error::Usage("chunk_size must be at least 1 byte".into()));
         }
         let ioctx = Arc::new(cluster.pool(&options.pool)?);
-        let image = Image::open_for_reading(ioctx, &options.image, options.snapshot.as_deref())?;
+        let image = Image::open(ioctx, &options.image, options.snapshot.as_deref())?;
         let size = image.size()?;
         Ok(Download {
             image,

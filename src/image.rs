@@ -33,7 +33,7 @@ pub fn remove(ioctx: &IoCtx, name: &str) -> Result<()> {
 /// or not protected is fine; an image that is not there is an error (ENOENT).
 pub fn remove_with_snapshot(ioctx: &Arc<IoCtx>, name: &str, snapshot: Option<&str>) -> Result<()> {
     if let Some(snap) = snapshot {
-        let image = Image::open(Arc::clone(ioctx), name)?;
+        let image = Image::open(Arc::clone(ioctx), name, None)?;
         // EINVAL: never protected; ENOENT: never created. Both leave nothing to undo.
         let _ = image.snap_unprotect(snap);
         match image.snap_remove(snap) {
@@ -60,31 +60,12 @@ pub struct Image {
 unsafe impl Send for Image {}
 
 impl Image {
-    pub fn open(ioctx: Arc<IoCtx>, name: &str) -> Result<Image> {
-        let name_c = cstring(name)?;
-        let mut handle: ffi::RbdImage = ptr::null_mut();
-        // SAFETY: the ioctx is live; a null snapshot name opens the writable head.
-        let ret =
-            unsafe { ffi::rbd_open(ioctx.handle(), name_c.as_ptr(), &mut handle, ptr::null()) };
-        let target = Target::image(ioctx.pool(), name);
-        check(ret.into(), "opening", &target)?;
-        Ok(Image {
-            handle,
-            target,
-            ioctx,
-        })
-    }
-
-    /// Opens `name` for reading, at `snapshot` (where writes are refused anyway) or at its
-    /// head. Not librbd's read-only open: with it, opening and closing images at a snapshot in
-    /// quick succession crashes librbd 16.2.15 (a freed mutex, under CPU load: 4 runs of 200
-    /// cycles out of 4 with Python's rbd module too, none of 6 with this open). This open also
-    /// watches the header, so the image cannot be removed while it is read.
-    pub fn open_for_reading(
-        ioctx: Arc<IoCtx>,
-        name: &str,
-        snapshot: Option<&str>,
-    ) -> Result<Image> {
+    /// Opens `name` at `snapshot` (where writes are refused), or at its writable head. Reads
+    /// use it too, rather than librbd's read-only open: with that, opening and closing images
+    /// at a snapshot in quick succession crashes librbd 16.2.15 (a freed mutex, under CPU
+    /// load: 4 runs of 200 cycles out of 4 with Python's rbd module too, none of 6 with this
+    /// open). This open also watches the header, so the image cannot be removed while read.
+    pub fn open(ioctx: Arc<IoCtx>, name: &str, snapshot: Option<&str>) -> Result<Image> {
         let name_c = cstring(name)?;
         let snap_c = snapshot.map(cstring).transpose()?;
         let mut handle: ffi::RbdImage = ptr::null_mut();

@@ -96,11 +96,7 @@ impl RbdReader {
         if image.is_empty() {
             return Err(Error::Usage("image name must not be empty".into()).into());
         }
-        let connect = ConnectOptions {
-            conf_file: conffile.filter(|c| !c.is_empty()),
-            user: user.filter(|u| !u.is_empty()),
-            timeout: connect_timeout,
-        };
+        let connect = ConnectOptions::new(conffile, user, connect_timeout);
         let options = DownloadOptions {
             pool: pool.clone(),
             image: image.clone(),

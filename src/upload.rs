@@ -113,7 +113,7 @@ impl Upload {
             options.order,
         )?;
         // The image exists from here on: failing to open it must not leave it behind.
-        let image = match Image::open(Arc::clone(&ioctx), &options.image) {
+        let image = match Image::open(Arc::clone(&ioctx), &options.image, None) {
             Ok(image) => image,
             Err(err) => {
                 if let Err(cleanup) = image::remove(&ioctx, &options.image) {

@@ -53,11 +53,7 @@ impl RbdWriter {
         if max_in_flight == 0 {
             return Err(Error::Usage("max_in_flight must be at least 1 byte".into()).into());
         }
-        let connect = ConnectOptions {
-            conf_file: conffile.filter(|c| !c.is_empty()),
-            user: user.filter(|u| !u.is_empty()),
-            timeout: connect_timeout,
-        };
+        let connect = ConnectOptions::new(conffile, user, connect_timeout);
         let options = UploadOptions {
             pool: pool.clone(),
             image: image.clone(),
