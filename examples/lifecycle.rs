@@ -1,16 +1,19 @@
-//! Drives every path of the FFI layer and the upload lifecycle against a real cluster, for
-//! valgrind memcheck (`make memcheck`): create, aio writes, digests, grow, trim, snapshot,
-//! abort, drop unfinished, errors.
+//! Drives every path of the FFI layer and of the upload and download cores against a real
+//! cluster, for valgrind memcheck: tests/test_memcheck.py runs it under valgrind (`make test`
+//! builds it first, with `cargo build --example lifecycle`).
+//!
+//! Writes: create, aio writes, digests, grow, trim, snapshot, abort, drop unfinished, errors.
+//! Reads: open at a snapshot and at the head, size, aio reads to the end, drop mid-stream with
+//! reads in flight, errors.
 //!
 //!     lifecycle CEPH_CONF POOL
 
 use std::sync::Arc;
 
-use glance_rbd_native::aio::Buffer;
-use glance_rbd_native::cluster::{Cluster, ConnectOptions};
-use glance_rbd_native::error::Error;
-use glance_rbd_native::image;
-use glance_rbd_native::upload::{Upload, UploadOptions};
+use glance_rbd_native::{
+    Buffer, Cluster, ConnectOptions, Destination, Download, DownloadOptions, Error, Upload,
+    UploadOptions, remove_with_snapshot,
+};
 
 fn options(pool: &str, image: &str, size: u64) -> UploadOptions {
     UploadOptions {
@@ -25,13 +28,49 @@ fn options(pool: &str, image: &str, size: u64) -> UploadOptions {
     }
 }
 
-fn chunk(len: usize, seed: u8) -> Buffer {
+fn data(len: usize, seed: u8) -> Vec<u8> {
     // Half data, half zeros, so thin writes split chunks into several ranges.
-    Arc::new(
-        (0..len)
-            .map(|i| if i % 8192 < 4096 { seed ^ i as u8 } else { 0 })
-            .collect::<Vec<u8>>(),
-    )
+    (0..len)
+        .map(|i| if i % 8192 < 4096 { seed ^ i as u8 } else { 0 })
+        .collect()
+}
+
+fn chunk(len: usize, seed: u8) -> Buffer {
+    Arc::new(data(len, seed))
+}
+
+/// A chunk read into a plain vector.
+struct Chunk(Vec<u8>);
+
+// SAFETY: the vector's storage is never resized, moved or touched while the Chunk is lent to a
+// Download, and lives as long as the Chunk.
+unsafe impl Destination for Chunk {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr()
+    }
+
+    fn size(&self) -> usize {
+        self.0.len()
+    }
+}
+
+fn read_options(pool: &str, image: &str, snapshot: Option<&str>) -> DownloadOptions {
+    DownloadOptions {
+        pool: pool.into(),
+        image: image.into(),
+        snapshot: snapshot.map(str::to_owned),
+        // Not a divisor of the image size: the last chunk is short.
+        chunk_size: (1 << 20) + 12345,
+        max_in_flight: 3 << 20,
+    }
+}
+
+/// Starts the reads the download wants, then takes the next chunk.
+fn next(download: &mut Download<Chunk>) -> Result<Option<Chunk>, Error> {
+    for len in download.wanted() {
+        download.start(Chunk(vec![0; len]))?;
+    }
+    download.next_chunk(&mut || Ok(()))
 }
 
 fn main() -> Result<(), Error> {
@@ -46,20 +85,21 @@ fn main() -> Result<(), Error> {
     let no_signals = &mut || Ok(());
     let pid = std::process::id();
 
-    // Finished upload of unknown size: grows, trims, snapshots; then removed.
-    let name = format!("memcheck-{pid}-finished");
-    let mut upload = Upload::start(&cluster, options(&pool, &name, 0))?;
+    // Finished upload of unknown size: grows, trims, snapshots. Read back below, then removed.
+    let finished = format!("memcheck-{pid}-finished");
+    let mut upload = Upload::start(&cluster, options(&pool, &finished, 0))?;
+    let mut expected = Vec::new();
     for seed in 0..6 {
         upload.write(chunk(1 << 20, seed), no_signals)?;
+        expected.extend(data(1 << 20, seed));
     }
     upload.write(chunk(5 << 20, 9), no_signals)?; // larger than the bound
+    expected.extend(data(5 << 20, 9));
     upload.write(Arc::new(Vec::new()), no_signals)?;
     let summary = upload.finish(no_signals)?;
     assert_eq!(summary.bytes_written, 11 << 20);
     assert_eq!(summary.digests.len(), 2);
     drop(upload);
-    let ioctx = Arc::new(cluster.pool(&pool)?);
-    image::remove_with_snapshot(&ioctx, &name, Some("snap"))?;
 
     // Aborted with writes in flight.
     let name = format!("memcheck-{pid}-aborted");
@@ -96,7 +136,50 @@ fn main() -> Result<(), Error> {
     let mut bad = options(&pool, "bad-digest", 0);
     bad.digests = vec!["shake_128".into()];
     assert!(Upload::start(&cluster, bad).is_err());
+    println!("lifecycle: write paths ran");
 
+    // Read to the end at the snapshot, several reads in flight: the bytes written come back.
+    let mut download = Download::open(&cluster, &read_options(&pool, &finished, Some("snap")))?;
+    assert_eq!(download.size(), 11 << 20);
+    let mut read = Vec::new();
+    while let Some(Chunk(bytes)) = next(&mut download)? {
+        read.extend(bytes);
+    }
+    assert_eq!(download.delivered(), 11 << 20);
+    assert!(read == expected, "the image reads back differently");
+    assert!(next(&mut download)?.is_none());
+    drop(download);
+
+    // Dropped mid-stream at the head, with reads still in flight: Drop waits for them.
+    let mut download = Download::open(&cluster, &read_options(&pool, &finished, None))?;
+    assert!(next(&mut download)?.is_some());
+    for len in download.wanted() {
+        download.start(Chunk(vec![0; len]))?;
+    }
+    assert!(download.delivered() < download.size());
+    drop(download);
+
+    // Errors that never read anything.
+    let missing = Download::<Chunk>::open(&cluster, &read_options(&pool, "no-such-image", None));
+    assert!(matches!(
+        missing,
+        Err(Error::Ceph {
+            errno: libc::ENOENT,
+            ..
+        })
+    ));
+    let no_snapshot = read_options(&pool, &finished, Some("no-such-snap"));
+    assert!(Download::<Chunk>::open(&cluster, &no_snapshot).is_err());
+    let mut empty_chunks = read_options(&pool, &finished, None);
+    empty_chunks.chunk_size = 0;
+    assert!(matches!(
+        Download::<Chunk>::open(&cluster, &empty_chunks),
+        Err(Error::Usage(_))
+    ));
+    println!("lifecycle: read paths ran");
+
+    let ioctx = Arc::new(cluster.pool(&pool)?);
+    remove_with_snapshot(&ioctx, &finished, Some("snap"))?;
     println!("lifecycle: every path ran");
     Ok(())
 }

@@ -7,25 +7,33 @@ pub type Result<T> = std::result::Result<T, Error>;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// A librbd or librados call failed; `target` names the pool and image.
-    #[error("{op} failed for {target}: {} (errno {errno})", strerror(*errno))]
-    Ceph {
-        op: &'static str,
-        target: Target,
+    #[error("{op} {target} failed: {} (errno {errno})", strerror(*errno))]
+    Ceph { op: Op, target: Target, errno: i32 },
+    /// The cluster could not be reached or refused us; `settings` names the conf file and user.
+    #[error(
+        "cannot connect to the Ceph cluster{}: {step} failed: {} (errno {errno})",
+        settings.as_deref().map_or_else(String::new, |s| format!(" ({s})")),
+        strerror(*errno)
+    )]
+    Connect {
+        step: String,
+        settings: Option<String>,
         errno: i32,
     },
-    /// The cluster could not be reached or refused us.
-    #[error("cannot connect to the Ceph cluster ({detail}): {} (errno {errno})", strerror(*errno))]
-    Connect { detail: String, errno: i32 },
     /// The caller asked for something impossible: bad argument or wrong state.
     #[error("{0}")]
     Usage(String),
+    /// The native layer itself failed (a thread that could not start, a panic): not the
+    /// caller's doing, and not Ceph's.
+    #[error("{0}")]
+    Internal(String),
     /// A wait was cut short by the caller (a signal); the upload has been aborted.
     #[error("interrupted")]
     Interrupted,
 }
 
 impl Error {
-    pub fn ceph(op: &'static str, target: &Target, ret: i64) -> Self {
+    pub(crate) fn ceph(op: Op, target: &Target, ret: i64) -> Self {
         Error::Ceph {
             op,
             target: target.clone(),
@@ -34,11 +42,55 @@ impl Error {
     }
 
     /// The errno behind this error, when Ceph reported one.
-    pub fn errno(&self) -> Option<i32> {
+    pub(crate) fn errno(&self) -> Option<i32> {
         match self {
             Error::Ceph { errno, .. } | Error::Connect { errno, .. } => Some(*errno),
-            Error::Usage(_) | Error::Interrupted => None,
+            Error::Usage(_) | Error::Internal(_) | Error::Interrupted => None,
         }
+    }
+}
+
+/// A librbd or librados operation, as named in errors: "{op} {target} failed".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Open,
+    Create,
+    Remove,
+    ReadSize,
+    Resize,
+    Flush,
+    CreateSnapshot,
+    ProtectSnapshot,
+    UnprotectSnapshot,
+    RemoveSnapshot,
+    StartWrite,
+    Write,
+    StartRead,
+    Read,
+    /// A read returned fewer bytes than asked for: the image shrank under the reader.
+    ShortRead,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Each reads on into the target: "writing to image 'x' in pool 'p' failed".
+        f.write_str(match self {
+            Op::Open => "opening",
+            Op::Create => "creating",
+            Op::Remove => "removing",
+            Op::ReadSize => "reading the size of",
+            Op::Resize => "resizing",
+            Op::Flush => "flushing",
+            Op::CreateSnapshot => "creating a snapshot of",
+            Op::ProtectSnapshot => "protecting the snapshot of",
+            Op::UnprotectSnapshot => "unprotecting the snapshot of",
+            Op::RemoveSnapshot => "removing the snapshot of",
+            Op::StartWrite => "starting a write to",
+            Op::Write => "writing to",
+            Op::StartRead => "starting a read from",
+            Op::Read => "reading from",
+            Op::ShortRead => "reading a whole chunk from",
+        })
     }
 }
 
@@ -50,14 +102,14 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn pool(pool: &str) -> Self {
+    pub(crate) fn pool(pool: &str) -> Self {
         Target {
             pool: pool.to_owned(),
             image: None,
         }
     }
 
-    pub fn image(pool: &str, image: &str) -> Self {
+    pub(crate) fn image(pool: &str, image: &str) -> Self {
         Target {
             pool: pool.to_owned(),
             image: Some(image.to_owned()),
@@ -75,12 +127,12 @@ impl fmt::Display for Target {
 }
 
 /// librbd and librados return `-errno`; some paths return it as ssize_t.
-pub fn errno_of(ret: i64) -> i32 {
+pub(crate) fn errno_of(ret: i64) -> i32 {
     i32::try_from(ret.unsigned_abs()).unwrap_or(libc::EIO)
 }
 
 /// Turns a negative return into an error, keeps non-negative values.
-pub fn check(ret: i64, op: &'static str, target: &Target) -> Result<i64> {
+pub(crate) fn check(ret: i64, op: Op, target: &Target) -> Result<i64> {
     if ret < 0 {
         Err(Error::ceph(op, target, ret))
     } else {
@@ -88,7 +140,7 @@ pub fn check(ret: i64, op: &'static str, target: &Target) -> Result<i64> {
     }
 }
 
-pub fn strerror(errno: i32) -> String {
+fn strerror(errno: i32) -> String {
     let text = std::io::Error::from_raw_os_error(errno).to_string();
     // Drop std's " (os error N)" suffix: the errno is printed once, by the caller.
     match text.rfind(" (os error") {
@@ -101,20 +153,108 @@ pub fn strerror(errno: i32) -> String {
 mod tests {
     use super::*;
 
+    /// Every op, as the sentence its failure reads as.
+    fn sentence(op: Op) -> &'static str {
+        match op {
+            Op::Open => "opening image 'abc' in pool 'images' failed",
+            Op::Create => "creating image 'abc' in pool 'images' failed",
+            Op::Remove => "removing image 'abc' in pool 'images' failed",
+            Op::ReadSize => "reading the size of image 'abc' in pool 'images' failed",
+            Op::Resize => "resizing image 'abc' in pool 'images' failed",
+            Op::Flush => "flushing image 'abc' in pool 'images' failed",
+            Op::CreateSnapshot => "creating a snapshot of image 'abc' in pool 'images' failed",
+            Op::ProtectSnapshot => "protecting the snapshot of image 'abc' in pool 'images' failed",
+            Op::UnprotectSnapshot => {
+                "unprotecting the snapshot of image 'abc' in pool 'images' failed"
+            }
+            Op::RemoveSnapshot => "removing the snapshot of image 'abc' in pool 'images' failed",
+            Op::StartWrite => "starting a write to image 'abc' in pool 'images' failed",
+            Op::Write => "writing to image 'abc' in pool 'images' failed",
+            Op::StartRead => "starting a read from image 'abc' in pool 'images' failed",
+            Op::Read => "reading from image 'abc' in pool 'images' failed",
+            Op::ShortRead => "reading a whole chunk from image 'abc' in pool 'images' failed",
+        }
+    }
+
+    #[test]
+    fn every_op_reads_as_a_sentence() {
+        let ops = [
+            Op::Open,
+            Op::Create,
+            Op::Remove,
+            Op::ReadSize,
+            Op::Resize,
+            Op::Flush,
+            Op::CreateSnapshot,
+            Op::ProtectSnapshot,
+            Op::UnprotectSnapshot,
+            Op::RemoveSnapshot,
+            Op::StartWrite,
+            Op::Write,
+            Op::StartRead,
+            Op::Read,
+            Op::ShortRead,
+        ];
+        let target = Target::image("images", "abc");
+        for op in ops {
+            assert_eq!(
+                Error::ceph(op, &target, -5).to_string(),
+                format!("{}: Input/output error (errno 5)", sentence(op))
+            );
+        }
+    }
+
     #[test]
     fn message_names_pool_image_and_errno() {
-        let err = Error::ceph("create", &Target::image("images", "abc"), -17);
+        let err = Error::ceph(Op::Create, &Target::image("images", "abc"), -17);
         assert_eq!(
             err.to_string(),
-            "create failed for image 'abc' in pool 'images': File exists (errno 17)"
+            "creating image 'abc' in pool 'images' failed: File exists (errno 17)"
         );
         assert_eq!(err.errno(), Some(libc::EEXIST));
+        let err = Error::ceph(Op::Open, &Target::pool("nope"), -2);
+        assert_eq!(
+            err.to_string(),
+            "opening pool 'nope' failed: No such file or directory (errno 2)"
+        );
+    }
+
+    #[test]
+    fn connect_message_names_the_settings_and_the_step() {
+        let err = Error::Connect {
+            step: "reading the configuration file".into(),
+            settings: Some("conf /etc/missing.conf, user admin".into()),
+            errno: libc::ENOENT,
+        };
+        assert_eq!(
+            err.to_string(),
+            "cannot connect to the Ceph cluster (conf /etc/missing.conf, user admin): \
+             reading the configuration file failed: No such file or directory (errno 2)"
+        );
+        let err = Error::Connect {
+            step: "reading option 'rbd_default_features'".into(),
+            settings: None,
+            errno: libc::ENOENT,
+        };
+        assert_eq!(
+            err.to_string(),
+            "cannot connect to the Ceph cluster: reading option 'rbd_default_features' \
+             failed: No such file or directory (errno 2)"
+        );
+    }
+
+    #[test]
+    fn internal_errors_are_neither_usage_nor_ceph() {
+        let err = Error::Internal("the md5 digest thread panicked".into());
+        assert_eq!(err.to_string(), "the md5 digest thread panicked");
+        assert_eq!(err.errno(), None);
+        assert!(!matches!(err, Error::Usage(_)));
     }
 
     #[test]
     fn check_keeps_non_negative_values() {
         let target = Target::pool("p");
-        assert_eq!(check(5, "op", &target).unwrap(), 5);
-        assert_eq!(check(-28, "op", &target).unwrap_err().errno(), Some(28));
+        assert_eq!(check(5, Op::Read, &target).unwrap(), 5);
+        assert_eq!(check(-28, Op::Read, &target).unwrap_err().errno(), Some(28));
     }
 }

@@ -1,28 +1,27 @@
-//! glance-rbd-native: a native Ceph RBD upload path for glance_store.
+//! glance-rbd-native: native Ceph RBD uploads and downloads for glance_store.
 //!
-//! Plain-Rust layers (`cluster`, `image`, `aio`, `zeros`, `digest`, `upload`, `download`) know
-//! nothing of Python; the `writer`, `reader`, `buffer` and `exceptions` modules are the PyO3
-//! face of them.
+//! Three layers, each depending only on those before it: `rbd` (librbd and librados),
+//! `transfer` (one upload or download of a whole image) and `bindings` (the PyO3 classes). The
+//! first two know nothing of Python; `error` is the one error type of all three.
 
-pub mod aio;
-pub mod budget;
-mod buffer;
-pub mod cluster;
-mod detach;
-pub mod digest;
-pub mod download;
-pub mod error;
-mod exceptions;
-mod ffi;
-pub mod image;
-mod janitor;
-mod logbridge;
-mod reader;
-pub mod upload;
-mod writer;
-pub mod zeros;
+mod bindings;
+mod error;
+mod rbd;
+mod transfer;
+
+// The plain-Rust API, as small as the memcheck program (examples/lifecycle.rs) needs: it drives
+// uploads and downloads under valgrind with no Python in the way. Everything else is internal.
+pub use error::{Error, Op, Target};
+pub use rbd::cluster::{Cluster, ConnectOptions, IoCtx};
+pub use rbd::completion::Poll;
+pub use rbd::image::remove_with_snapshot;
+pub use transfer::download::{Destination, Download, DownloadOptions};
+pub use transfer::in_flight::Buffer;
+pub use transfer::upload::{Summary, Upload, UploadOptions};
 
 use pyo3::prelude::*;
+
+use bindings::{exceptions, logbridge, reader, writer};
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -32,8 +31,11 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<reader::RbdReader>()?;
     module.add_function(wrap_pyfunction!(writer::connection_count, module)?)?;
     module.add_function(wrap_pyfunction!(writer::native_digests, module)?)?;
-    module.add("DEFAULT_MAX_IN_FLIGHT", upload::DEFAULT_MAX_IN_FLIGHT)?;
-    module.add("ZERO_BLOCK", zeros::BLOCK)?;
+    module.add(
+        "DEFAULT_MAX_IN_FLIGHT",
+        transfer::upload::DEFAULT_MAX_IN_FLIGHT,
+    )?;
+    module.add("ZERO_BLOCK", transfer::zeros::BLOCK)?;
     exceptions::register(module)?;
     Ok(())
 }

@@ -7,15 +7,15 @@ use std::sync::{Mutex, PoisonError};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-use crate::buffer;
-use crate::cluster::{Cluster, ConnectOptions};
-use crate::detach;
+use super::{buffer, detach, logbridge};
 use crate::error::{Error, Result};
-use crate::upload::{DEFAULT_MAX_IN_FLIGHT, Summary, Upload, UploadOptions};
+use crate::rbd::cluster::{Cluster, ConnectOptions};
+use crate::transfer::digest;
+use crate::transfer::upload::{DEFAULT_MAX_IN_FLIGHT, Summary, Upload, UploadOptions};
 
 /// Streams one image into an RBD pool with asynchronous writes, bounded in flight.
 #[pyclass(frozen, module = "glance_rbd_native._native")]
-pub struct RbdWriter {
+pub(crate) struct RbdWriter {
     upload: Mutex<Upload>,
     fsid: String,
     pool: String,
@@ -46,7 +46,7 @@ impl RbdWriter {
         max_in_flight: usize,
         digests: Vec<String>,
     ) -> PyResult<Self> {
-        crate::logbridge::flush();
+        logbridge::flush();
         if image.is_empty() {
             return Err(Error::Usage("image name must not be empty".into()).into());
         }
@@ -224,32 +224,12 @@ impl Drop for RbdWriter {
 
 /// The hashlib algorithm names `RbdWriter(digests=...)` can compute natively.
 #[pyfunction]
-pub fn native_digests() -> Vec<&'static str> {
-    const CANDIDATES: [&str; 15] = [
-        "md5",
-        "sha1",
-        "sha224",
-        "sha256",
-        "sha384",
-        "sha512",
-        "sha512_224",
-        "sha512_256",
-        "sha3_224",
-        "sha3_256",
-        "sha3_384",
-        "sha3_512",
-        "blake2b",
-        "blake2s",
-        "sm3",
-    ];
-    CANDIDATES
-        .into_iter()
-        .filter(|name| crate::digest::openssl_digest(name).is_some())
-        .collect()
+pub(crate) fn native_digests() -> Vec<&'static str> {
+    digest::available()
 }
 
 /// Cluster connections currently cached (one per conf file, user and timeout).
 #[pyfunction]
-pub fn connection_count() -> usize {
+pub(crate) fn connection_count() -> usize {
     Cluster::shared_count()
 }

@@ -7,27 +7,46 @@ use std::thread::JoinHandle;
 
 use openssl::hash::{Hasher, MessageDigest};
 
-use crate::aio::Buffer;
+use super::background;
+use super::in_flight::Buffer;
 use crate::error::{Error, Result};
 
-/// The OpenSSL digest that gives the same output as `hashlib.new(name)`, where there is one.
-/// Algorithms that need parameters (shake_*) or that OpenSSL may lack stay with hashlib.
-pub fn openssl_digest(name: &str) -> Option<MessageDigest> {
-    let openssl_name = match name {
-        "md5" | "sha1" | "sha224" | "sha256" | "sha384" | "sha512" | "sm3" => name,
-        "sha512_224" => "sha512-224",
-        "sha512_256" => "sha512-256",
-        "sha3_224" => "sha3-224",
-        "sha3_256" => "sha3-256",
-        "sha3_384" => "sha3-384",
-        "sha3_512" => "sha3-512",
-        "blake2b" => "blake2b512",
-        "blake2s" => "blake2s256",
-        _ => return None,
-    };
+/// (hashlib name, OpenSSL name) of every digest that may be computed natively, where both give
+/// the same output. Algorithms that need parameters (shake_*) stay with hashlib.
+const CANDIDATES: [(&str, &str); 15] = [
+    ("md5", "md5"),
+    ("sha1", "sha1"),
+    ("sha224", "sha224"),
+    ("sha256", "sha256"),
+    ("sha384", "sha384"),
+    ("sha512", "sha512"),
+    ("sha512_224", "sha512-224"),
+    ("sha512_256", "sha512-256"),
+    ("sha3_224", "sha3-224"),
+    ("sha3_256", "sha3-256"),
+    ("sha3_384", "sha3-384"),
+    ("sha3_512", "sha3-512"),
+    ("blake2b", "blake2b512"),
+    ("blake2s", "blake2s256"),
+    ("sm3", "sm3"),
+];
+
+/// The OpenSSL digest that gives the same output as `hashlib.new(name)`, where there is one
+/// this OpenSSL can run.
+fn openssl_digest(name: &str) -> Option<MessageDigest> {
+    let (_, openssl_name) = CANDIDATES.iter().find(|(hashlib, _)| *hashlib == name)?;
     let digest = MessageDigest::from_name(openssl_name)?;
     // A digest OpenSSL lists but cannot run (FIPS, say) is left to hashlib too.
     Hasher::new(digest).ok().map(|_| digest)
+}
+
+/// The hashlib names of the digests this build can compute natively.
+pub(crate) fn available() -> Vec<&'static str> {
+    CANDIDATES
+        .iter()
+        .map(|(hashlib, _)| *hashlib)
+        .filter(|name| openssl_digest(name).is_some())
+        .collect()
 }
 
 struct Worker {
@@ -38,13 +57,13 @@ struct Worker {
 
 /// One thread per algorithm, each hashing every chunk in order. The queues are unbounded: the
 /// upload's budget bounds the bytes they hold.
-pub struct Digests {
+pub(crate) struct Digests {
     workers: Vec<Worker>,
 }
 
 impl Digests {
     /// Starts a worker for each name.
-    pub fn start(names: &[String]) -> Result<Digests> {
+    pub(crate) fn start(names: &[String]) -> Result<Digests> {
         let mut workers = Vec::new();
         for name in names {
             if workers.iter().any(|w: &Worker| &w.name == name) {
@@ -53,10 +72,11 @@ impl Digests {
             let digest = openssl_digest(name)
                 .ok_or_else(|| Error::Usage(format!("no native digest for {name:?}")))?;
             let (queue, chunks) = channel::<Buffer>();
-            let thread = std::thread::Builder::new()
-                .name(format!("digest-{name}"))
-                .spawn(move || hash_all(digest, chunks))
-                .map_err(|err| Error::Usage(format!("cannot start a digest thread: {err}")))?;
+            let thread =
+                background::spawn(format!("digest-{name}"), move || hash_all(digest, chunks))
+                    .map_err(|err| {
+                        Error::Internal(format!("cannot start a digest thread: {err}"))
+                    })?;
             workers.push(Worker {
                 name: name.clone(),
                 queue: Some(queue),
@@ -67,29 +87,33 @@ impl Digests {
     }
 
     /// Queues `buffer` for every digest; returns at once.
-    pub fn feed(&mut self, buffer: &Buffer) -> Result<()> {
+    pub(crate) fn feed(&mut self, buffer: &Buffer) -> Result<()> {
         if (**buffer).as_ref().is_empty() {
             return Ok(());
         }
         for worker in &self.workers {
             let queue = worker.queue.as_ref().ok_or_else(finished)?;
-            queue
-                .send(Arc::clone(buffer))
-                .map_err(|_| Error::Usage(format!("the {} digest thread stopped", worker.name)))?;
+            queue.send(Arc::clone(buffer)).map_err(|_| {
+                Error::Internal(format!("the {} digest thread stopped", worker.name))
+            })?;
         }
         Ok(())
     }
 
     /// Waits for every chunk to be hashed; the hex digest of each algorithm, in start order.
-    pub fn finish(&mut self) -> Result<Vec<(String, String)>> {
+    pub(crate) fn finish(&mut self) -> Result<Vec<(String, String)>> {
         let mut hexdigests = Vec::new();
         for worker in &mut self.workers {
             drop(worker.queue.take());
             let thread = worker.thread.take().ok_or_else(finished)?;
             let digest = thread
                 .join()
-                .map_err(|_| Error::Usage(format!("the {} digest thread panicked", worker.name)))?
-                .map_err(|err| Error::Usage(format!("{} digest failed: {err}", worker.name)))?;
+                .map_err(|_| {
+                    Error::Internal(format!("the {} digest thread panicked", worker.name))
+                })?
+                .map_err(|err| {
+                    Error::Internal(format!("the {} digest failed: {err}", worker.name))
+                })?;
             hexdigests.push((worker.name.clone(), hex(&digest)));
         }
         Ok(hexdigests)
@@ -98,7 +122,7 @@ impl Digests {
 
 impl Digests {
     /// Ends the workers without a result (the upload was aborted).
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         for worker in &mut self.workers {
             // Closing the queue ends the worker after what it holds; joining frees the buffers.
             drop(worker.queue.take());
@@ -139,7 +163,7 @@ fn hash_all(
 }
 
 fn finished() -> Error {
-    Error::Usage("the digests were already finished".into())
+    Error::Internal("the digests were already finished".into())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -178,6 +202,25 @@ mod tests {
     #[test]
     fn unknown_names_are_refused() {
         assert!(openssl_digest("shake_128").is_none());
-        assert!(Digests::start(&["nope".into()]).is_err());
+        assert!(matches!(
+            Digests::start(&["nope".into()]),
+            Err(Error::Usage(_))
+        ));
+    }
+
+    #[test]
+    fn the_common_digests_are_available() {
+        let names = available();
+        for name in ["md5", "sha1", "sha256", "sha512", "sha3_256", "blake2b"] {
+            assert!(names.contains(&name), "{name} missing from {names:?}");
+        }
+        assert!(names.iter().all(|name| openssl_digest(name).is_some()));
+    }
+
+    #[test]
+    fn finishing_twice_is_an_internal_error() {
+        let mut digests = Digests::start(&["md5".into()]).unwrap();
+        digests.finish().unwrap();
+        assert!(matches!(digests.finish(), Err(Error::Internal(_))));
     }
 }

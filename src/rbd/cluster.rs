@@ -8,11 +8,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use ceph::rados;
 
-use crate::error::{Error, Result, Target, check, errno_of};
-use crate::ffi;
+use super::ffi;
+use crate::error::{Error, Op, Result, Target, check, errno_of};
 
-/// Everything that makes two connections different. Uploads with equal settings share one handle,
-/// so glance-api keeps one cluster connection per backend instead of one per request.
+/// Everything that makes two connections different. Transfers with equal settings share one
+/// handle, so glance-api keeps one cluster connection per backend instead of one per request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ConnectOptions {
     /// Ceph configuration file; `None` lets librados search its default locations.
@@ -25,7 +25,11 @@ pub struct ConnectOptions {
 
 impl ConnectOptions {
     /// From glance's settings, where an empty string means unset.
-    pub fn new(conf_file: Option<String>, user: Option<String>, timeout: Option<u32>) -> Self {
+    pub(crate) fn new(
+        conf_file: Option<String>,
+        user: Option<String>,
+        timeout: Option<u32>,
+    ) -> Self {
         ConnectOptions {
             conf_file: conf_file.filter(|c| !c.is_empty()),
             user: user.filter(|u| !u.is_empty()),
@@ -38,6 +42,8 @@ impl ConnectOptions {
 pub struct Cluster {
     handle: rados::rados_t,
     fsid: String,
+    /// The conf file and user, for errors.
+    settings: String,
 }
 
 // SAFETY: a connected rados_t may be used from any thread; librados locks internally.
@@ -53,7 +59,7 @@ enum Entry {
 
 /// A connect in progress. Callers with the same settings wait for its outcome rather than start
 /// their own; callers with other settings never wait for it, so a backend whose monitors do not
-/// answer holds up only its own uploads, each for one librados timeout at most.
+/// answer holds up only its own transfers, each for one librados timeout at most.
 #[derive(Default)]
 struct Attempt {
     outcome: Mutex<Option<Result<Arc<Cluster>>>>,
@@ -90,7 +96,7 @@ struct Publish<'a> {
 impl Drop for Publish<'_> {
     fn drop(&mut self) {
         let outcome = self.outcome.take().unwrap_or_else(|| {
-            Err(Error::Usage(
+            Err(Error::Internal(
                 "connecting to the Ceph cluster panicked".into(),
             ))
         });
@@ -101,7 +107,7 @@ impl Drop for Publish<'_> {
                 Ok(cluster) => {
                     shared.insert(self.options.clone(), Entry::Ready(Arc::clone(cluster)));
                 }
-                // Not cached: the next upload tries again, the cluster may be back.
+                // Not cached: the next transfer tries again, the cluster may be back.
                 Err(_) => {
                     shared.remove(self.options);
                 }
@@ -174,7 +180,7 @@ impl Cluster {
     }
 
     /// Number of connected clusters cached, for tests of connection reuse.
-    pub fn shared_count() -> usize {
+    pub(crate) fn shared_count() -> usize {
         entries(&mut lock(&SHARED))
             .values()
             .filter(|entry| matches!(entry, Entry::Ready(_)))
@@ -183,12 +189,8 @@ impl Cluster {
 
     /// Connects as the `rados` Python binding does for glance: read the conf file, apply
     /// `CEPH_ARGS`, set the timeouts, connect.
-    pub fn connect(options: &ConnectOptions) -> Result<Cluster> {
-        let detail = describe(options);
-        let fail = |ret: i64, what: &str| Error::Connect {
-            detail: format!("{detail}; {what}"),
-            errno: errno_of(ret),
-        };
+    fn connect(options: &ConnectOptions) -> Result<Cluster> {
+        let settings = describe(options);
         let user = options.user.as_deref().map(cstring).transpose()?;
         let mut handle: rados::rados_t = ptr::null_mut();
         // SAFETY: handle is a valid out-pointer; user is NUL-terminated or null.
@@ -199,12 +201,17 @@ impl Cluster {
             )
         };
         if ret < 0 {
-            return Err(fail(ret.into(), "rados_create"));
+            return Err(Error::Connect {
+                step: "creating the cluster handle".into(),
+                settings: Some(settings),
+                errno: errno_of(ret.into()),
+            });
         }
         // From here on, `cluster` owns the handle and shuts it down on every exit path.
         let mut cluster = Cluster {
             handle,
             fsid: String::new(),
+            settings,
         };
         let conf = options.conf_file.as_deref().map(cstring).transpose()?;
         // SAFETY: the handle is live; conf is NUL-terminated or null (search default paths).
@@ -212,17 +219,17 @@ impl Cluster {
             rados::rados_conf_read_file(handle, conf.as_ref().map_or(ptr::null(), |c| c.as_ptr()))
         };
         if ret < 0 {
-            return Err(fail(ret.into(), "cannot read the configuration file"));
+            return Err(cluster.error("reading the configuration file", ret.into()));
         }
         // SAFETY: the handle is live; a null name means the CEPH_ARGS variable.
         let ret = unsafe { rados::rados_conf_parse_env(handle, ptr::null()) };
         if ret < 0 {
-            return Err(fail(ret.into(), "cannot parse CEPH_ARGS"));
+            return Err(cluster.error("parsing CEPH_ARGS", ret.into()));
         }
-        // This handle only streams write-once uploads: librbd's cache would copy every byte and
-        // hold up to 32 MiB more for nothing, and it rules out zero-copy writes. Without it,
-        // librbd writes straight from the caller's buffer, which the writer keeps alive until
-        // the write completes.
+        // This handle only streams whole images, written once or read once: librbd's cache
+        // would copy every byte and hold up to 32 MiB more for nothing, and it rules out
+        // zero-copy writes. Without it, librbd writes straight from the caller's buffer, which
+        // the writer keeps alive until the write completes.
         cluster.conf_set("rbd_cache", "false")?;
         cluster.conf_set("rbd_disable_zero_copy_writes", "false")?;
         if let Some(timeout) = options.timeout {
@@ -237,19 +244,23 @@ impl Cluster {
         // SAFETY: the handle is live and configured.
         let ret = unsafe { rados::rados_connect(handle) };
         if ret < 0 {
-            return Err(fail(ret.into(), "rados_connect"));
+            return Err(cluster.error("connecting to the monitors", ret.into()));
         }
         cluster.fsid = cluster.read_fsid()?;
-        log::debug!("connected to Ceph cluster {} ({detail})", cluster.fsid);
+        log::debug!(
+            "connected to Ceph cluster {} ({})",
+            cluster.fsid,
+            cluster.settings
+        );
         Ok(cluster)
     }
 
-    pub fn fsid(&self) -> &str {
+    pub(crate) fn fsid(&self) -> &str {
         &self.fsid
     }
 
     /// A configuration value as librados sees it (conf file, `CEPH_ARGS`, then defaults).
-    pub fn conf_get(&self, key: &str) -> Result<String> {
+    pub(crate) fn conf_get(&self, key: &str) -> Result<String> {
         let key_c = cstring(key)?;
         let mut buf = vec![0 as c_char; 256];
         loop {
@@ -262,10 +273,7 @@ impl Cluster {
                 continue;
             }
             if ret < 0 {
-                return Err(Error::Connect {
-                    detail: format!("reading option '{key}'"),
-                    errno: errno_of(ret.into()),
-                });
+                return Err(self.error(format!("reading option '{key}'"), ret.into()));
             }
             // SAFETY: on success librados wrote a NUL-terminated string into buf.
             let value = unsafe { CStr::from_ptr(buf.as_ptr()) };
@@ -278,10 +286,7 @@ impl Cluster {
         // SAFETY: the handle is live and not yet connected; both strings are NUL-terminated.
         let ret = unsafe { rados::rados_conf_set(self.handle, key_c.as_ptr(), value_c.as_ptr()) };
         if ret < 0 {
-            return Err(Error::Connect {
-                detail: format!("setting option '{key}' to '{value}'"),
-                errno: errno_of(ret.into()),
-            });
+            return Err(self.error(format!("setting option '{key}' to '{value}'"), ret.into()));
         }
         Ok(())
     }
@@ -291,10 +296,7 @@ impl Cluster {
         // SAFETY: buf is writable for its length; librados NUL-terminates on success.
         let ret = unsafe { rados::rados_cluster_fsid(self.handle, buf.as_mut_ptr(), buf.len()) };
         if ret < 0 {
-            return Err(Error::Connect {
-                detail: "reading the cluster fsid".into(),
-                errno: errno_of(ret.into()),
-            });
+            return Err(self.error("reading the cluster fsid", ret.into()));
         }
         // SAFETY: NUL-terminated by librados, within buf.
         Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
@@ -309,7 +311,7 @@ impl Cluster {
         let mut handle: rados::rados_ioctx_t = ptr::null_mut();
         // SAFETY: the cluster is connected; handle is a valid out-pointer.
         let ret = unsafe { rados::rados_ioctx_create(self.handle, pool_c.as_ptr(), &mut handle) };
-        check(ret.into(), "opening", &target)?;
+        check(ret.into(), Op::Open, &target)?;
         // SAFETY: the ioctx was just created. Full-try lets the clean-up of a partial image go
         // through on a full pool; new data still cannot be written there.
         unsafe { ffi::rados_set_pool_full_try(handle) };
@@ -318,6 +320,17 @@ impl Cluster {
             pool: pool.to_owned(),
             _cluster: Arc::clone(self),
         })
+    }
+}
+
+impl Cluster {
+    /// A failure of `step` while connecting (or configuring) this handle.
+    fn error(&self, step: impl Into<String>, ret: i64) -> Error {
+        Error::Connect {
+            step: step.into(),
+            settings: Some(self.settings.clone()),
+            errno: errno_of(ret),
+        }
     }
 }
 
@@ -343,11 +356,11 @@ unsafe impl Send for IoCtx {}
 unsafe impl Sync for IoCtx {}
 
 impl IoCtx {
-    pub fn handle(&self) -> rados::rados_ioctx_t {
+    pub(crate) fn handle(&self) -> rados::rados_ioctx_t {
         self.handle
     }
 
-    pub fn pool(&self) -> &str {
+    pub(crate) fn pool(&self) -> &str {
         &self.pool
     }
 }
@@ -359,7 +372,7 @@ impl Drop for IoCtx {
     }
 }
 
-pub fn cstring(value: &str) -> Result<CString> {
+pub(crate) fn cstring(value: &str) -> Result<CString> {
     CString::new(value).map_err(|_| Error::Usage(format!("{value:?} contains a NUL byte")))
 }
 

@@ -4,10 +4,10 @@ use std::ops::Range;
 
 /// Granularity of the zero test: blocks of this size, aligned to the image offset, that are all
 /// zero are not written. 4 KiB matches `rbd import --sparse-size 4K` and bluestore's allocation unit.
-pub const BLOCK: usize = 4096;
+pub(crate) const BLOCK: usize = 4096;
 
 /// True when every byte is zero; word-at-a-time so it runs at memory speed.
-pub fn is_zero(bytes: &[u8]) -> bool {
+fn is_zero(bytes: &[u8]) -> bool {
     // SAFETY: any byte pattern is a valid u64; align_to only splits off unaligned ends.
     let (head, words, tail) = unsafe { bytes.align_to::<u64>() };
     head.iter().all(|&b| b == 0)
@@ -19,7 +19,7 @@ pub fn is_zero(bytes: &[u8]) -> bool {
 
 /// The ranges of `chunk` (written at image offset `offset`) that contain data, merged where they
 /// touch, split on block boundaries of the image.
-pub fn data_ranges(chunk: &[u8], offset: u64) -> Vec<Range<usize>> {
+pub(crate) fn data_ranges(chunk: &[u8], offset: u64) -> Vec<Range<usize>> {
     let mut ranges: Vec<Range<usize>> = Vec::new();
     // The first block may be partial: it ends at the next image block boundary.
     let misalignment = (offset % BLOCK as u64) as usize;

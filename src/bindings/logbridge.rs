@@ -1,11 +1,11 @@
 //! Records from the `log` macros to Python's `logging`, only ever from threads Python started.
 //!
-//! Threads the native layer starts itself (the janitor) never call into Python. Under eventlet
-//! the locks of `logging` are green: a native thread that takes one can hang the hub or crash
-//! the process. Their records wait in a bounded queue instead, and the next record, or the next
-//! call into the module, from a Python thread emits them first, in order.
+//! Threads the native layer starts itself (`transfer::background`: the janitor, the digest
+//! workers) never call into Python. Under eventlet the locks of `logging` are green: a native
+//! thread that takes one can hang the hub or crash the process. Their records wait in a bounded
+//! queue instead, and the next record, or the next call into the module, from a Python thread
+//! emits them first, in order.
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -13,12 +13,10 @@ use std::sync::{Mutex, PoisonError};
 use log::{Level, Log, Metadata, Record};
 use pyo3::prelude::*;
 
+use crate::transfer::background::is_background_thread;
+
 /// Records a background thread may queue before the oldest are dropped (and counted).
 const CAPACITY: usize = 1000;
-
-thread_local! {
-    static BACKGROUND: Cell<bool> = const { Cell::new(false) };
-}
 
 struct Queued {
     level: Level,
@@ -29,13 +27,8 @@ struct Queued {
 static QUEUED: Mutex<VecDeque<Queued>> = Mutex::new(VecDeque::new());
 static DROPPED: AtomicUsize = AtomicUsize::new(0);
 
-/// Marks the calling thread as one Python did not start: its records are queued.
-pub fn mark_background_thread() {
-    BACKGROUND.with(|background| background.set(true));
-}
-
 /// Installs the bridge as the `log` crate's logger, once per process.
-pub fn install(py: Python<'_>) -> PyResult<()> {
+pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
     let python = pyo3_log::Logger::new(py, pyo3_log::Caching::LoggersAndLevels)?;
     if log::set_boxed_logger(Box::new(Bridge { python })).is_ok() {
         log::set_max_level(log::LevelFilter::Debug);
@@ -44,8 +37,8 @@ pub fn install(py: Python<'_>) -> PyResult<()> {
 }
 
 /// Emits what background threads queued; a no-op on a background thread.
-pub fn flush() {
-    if !BACKGROUND.with(Cell::get) {
+pub(crate) fn flush() {
+    if !is_background_thread() {
         log::logger().flush();
     }
 }
@@ -91,7 +84,7 @@ impl Log for Bridge {
         if !self.enabled(record.metadata()) {
             return;
         }
-        if BACKGROUND.with(Cell::get) {
+        if is_background_thread() {
             let mut queued = QUEUED.lock().unwrap_or_else(PoisonError::into_inner);
             if queued.len() == CAPACITY {
                 queued.pop_front();
@@ -109,7 +102,7 @@ impl Log for Bridge {
     }
 
     fn flush(&self) {
-        if !BACKGROUND.with(Cell::get) {
+        if !is_background_thread() {
             self.emit_queued();
         }
     }

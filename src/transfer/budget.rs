@@ -3,10 +3,11 @@
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
-use crate::aio::{Buffer, Poll, wait_until};
+use super::in_flight::Buffer;
 use crate::error::Result;
+use crate::rbd::completion::{Poll, wait_until};
 
-pub struct Budget {
+pub(crate) struct Budget {
     held: Mutex<usize>,
     released: Condvar,
     limit: usize,
@@ -37,7 +38,7 @@ impl Drop for Tracked {
 }
 
 impl Budget {
-    pub fn new(limit: usize) -> Arc<Budget> {
+    pub(crate) fn new(limit: usize) -> Arc<Budget> {
         Arc::new(Budget {
             held: Mutex::new(0),
             released: Condvar::new(),
@@ -46,7 +47,7 @@ impl Budget {
     }
 
     /// Counts `buffer` until every clone of the returned handle is dropped.
-    pub fn track(self: &Arc<Self>, buffer: Buffer) -> Buffer {
+    pub(crate) fn track(self: &Arc<Self>, buffer: Buffer) -> Buffer {
         *self.held.lock().unwrap_or_else(PoisonError::into_inner) += (*buffer).as_ref().len();
         Arc::new(Tracked {
             buffer,
@@ -54,17 +55,17 @@ impl Budget {
         })
     }
 
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         *self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether `len` more bytes fit. A chunk larger than the limit fits once nothing is held.
-    pub fn fits(&self, len: usize) -> bool {
+    pub(crate) fn fits(&self, len: usize) -> bool {
         fits(self.held(), len, self.limit)
     }
 
     /// Waits until `len` more bytes fit, while only other threads can release (digests).
-    pub fn wait_until_fits(&self, len: usize, poll: Poll) -> Result<()> {
+    pub(crate) fn wait_until_fits(&self, len: usize, poll: Poll) -> Result<()> {
         let fitting = |held: &usize| fits(*held, len, self.limit);
         wait_until(&self.held, &self.released, fitting, poll).map(drop)
     }

@@ -5,27 +5,27 @@ use std::ffi::CString;
 use std::ptr;
 use std::sync::Arc;
 
-use crate::cluster::{IoCtx, cstring};
-use crate::error::{Result, Target, check};
-use crate::ffi;
+use super::cluster::{IoCtx, cstring};
+use super::ffi;
+use crate::error::{Error, Op, Result, Target, check};
 
 /// Creates a format-2 image, as `rbd.RBD().create(..., old_format=False)` does for glance.
-pub fn create(ioctx: &IoCtx, name: &str, size: u64, features: u64, order: u8) -> Result<()> {
+pub(crate) fn create(ioctx: &IoCtx, name: &str, size: u64, features: u64, order: u8) -> Result<()> {
     let name_c = cstring(name)?;
     let mut order = i32::from(order);
     // SAFETY: the ioctx is live; order is an in/out parameter librbd may adjust.
     let ret =
         unsafe { ffi::rbd_create2(ioctx.handle(), name_c.as_ptr(), size, features, &mut order) };
-    check(ret.into(), "creating", &Target::image(ioctx.pool(), name))?;
+    check(ret.into(), Op::Create, &Target::image(ioctx.pool(), name))?;
     Ok(())
 }
 
 /// Removes an image that has no snapshots; the image must be closed.
-pub fn remove(ioctx: &IoCtx, name: &str) -> Result<()> {
+pub(crate) fn remove(ioctx: &IoCtx, name: &str) -> Result<()> {
     let name_c = cstring(name)?;
     // SAFETY: the ioctx is live; name_c is NUL-terminated.
     let ret = unsafe { ffi::rbd_remove(ioctx.handle(), name_c.as_ptr()) };
-    check(ret.into(), "removing", &Target::image(ioctx.pool(), name))?;
+    check(ret.into(), Op::Remove, &Target::image(ioctx.pool(), name))?;
     Ok(())
 }
 
@@ -37,7 +37,7 @@ pub fn remove_with_snapshot(ioctx: &Arc<IoCtx>, name: &str, snapshot: Option<&st
         // EINVAL: never protected; ENOENT: never created. Both leave nothing to undo.
         let _ = image.snap_unprotect(snap);
         match image.snap_remove(snap) {
-            Err(crate::error::Error::Ceph {
+            Err(Error::Ceph {
                 errno: libc::ENOENT,
                 ..
             })
@@ -49,10 +49,11 @@ pub fn remove_with_snapshot(ioctx: &Arc<IoCtx>, name: &str, snapshot: Option<&st
 }
 
 /// An open image handle. Closing it releases the exclusive lock, so removal can follow.
-pub struct Image {
+pub(crate) struct Image {
     handle: ffi::RbdImage,
     target: Target,
-    ioctx: Arc<IoCtx>,
+    /// Kept alive while the image is open: librbd uses the ioctx until the image closes.
+    _ioctx: Arc<IoCtx>,
 }
 
 // SAFETY: librbd image handles may be used from any thread; librbd serialises internally. This
@@ -65,7 +66,7 @@ impl Image {
     /// at a snapshot in quick succession crashes librbd 16.2.15 (a freed mutex, under CPU
     /// load: 4 runs of 200 cycles out of 4 with Python's rbd module too, none of 6 with this
     /// open). This open also watches the header, so the image cannot be removed while read.
-    pub fn open(ioctx: Arc<IoCtx>, name: &str, snapshot: Option<&str>) -> Result<Image> {
+    pub(crate) fn open(ioctx: Arc<IoCtx>, name: &str, snapshot: Option<&str>) -> Result<Image> {
         let name_c = cstring(name)?;
         let snap_c = snapshot.map(cstring).transpose()?;
         let mut handle: ffi::RbdImage = ptr::null_mut();
@@ -80,71 +81,63 @@ impl Image {
             )
         };
         let target = Target::image(ioctx.pool(), name);
-        check(ret.into(), "opening", &target)?;
+        check(ret.into(), Op::Open, &target)?;
         Ok(Image {
             handle,
             target,
-            ioctx,
+            _ioctx: ioctx,
         })
     }
 
     /// The size of the image, or of the snapshot it was opened at.
-    pub fn size(&self) -> Result<u64> {
+    pub(crate) fn size(&self) -> Result<u64> {
         let mut size = 0;
         // SAFETY: the handle is open for the lifetime of self; size is an out-parameter.
         let ret = unsafe { ffi::rbd_get_size(self.handle, &mut size) };
-        check(ret.into(), "reading the size of", &self.target)?;
+        check(ret.into(), Op::ReadSize, &self.target)?;
         Ok(size)
     }
 
-    pub fn handle(&self) -> ffi::RbdImage {
+    pub(crate) fn handle(&self) -> ffi::RbdImage {
         self.handle
     }
 
-    pub fn target(&self) -> &Target {
+    pub(crate) fn target(&self) -> &Target {
         &self.target
     }
 
-    pub fn ioctx(&self) -> &Arc<IoCtx> {
-        &self.ioctx
-    }
-
-    pub fn resize(&self, size: u64) -> Result<()> {
+    pub(crate) fn resize(&self, size: u64) -> Result<()> {
         // SAFETY: the handle is open for the lifetime of self.
         let ret = unsafe { ffi::rbd_resize(self.handle, size) };
-        check(ret.into(), "resizing", &self.target).map(drop)
+        check(ret.into(), Op::Resize, &self.target).map(drop)
     }
 
-    pub fn flush(&self) -> Result<()> {
+    pub(crate) fn flush(&self) -> Result<()> {
         // SAFETY: the handle is open for the lifetime of self.
         let ret = unsafe { ffi::rbd_flush(self.handle) };
-        check(ret.into(), "flushing", &self.target).map(drop)
+        check(ret.into(), Op::Flush, &self.target).map(drop)
     }
 
-    pub fn snap_create(&self, snap: &str) -> Result<()> {
-        self.snap_call(snap, "creating a snapshot of", ffi::rbd_snap_create)
+    pub(crate) fn snap_create(&self, snap: &str) -> Result<()> {
+        self.snap_call(snap, Op::CreateSnapshot, ffi::rbd_snap_create)
     }
 
-    pub fn snap_protect(&self, snap: &str) -> Result<()> {
-        self.snap_call(snap, "protecting the snapshot of", ffi::rbd_snap_protect)
+    pub(crate) fn snap_protect(&self, snap: &str) -> Result<()> {
+        self.snap_call(snap, Op::ProtectSnapshot, ffi::rbd_snap_protect)
     }
 
-    pub fn snap_unprotect(&self, snap: &str) -> Result<()> {
-        self.snap_call(
-            snap,
-            "unprotecting the snapshot of",
-            ffi::rbd_snap_unprotect,
-        )
+    pub(crate) fn snap_unprotect(&self, snap: &str) -> Result<()> {
+        self.snap_call(snap, Op::UnprotectSnapshot, ffi::rbd_snap_unprotect)
     }
 
-    pub fn snap_remove(&self, snap: &str) -> Result<()> {
-        self.snap_call(snap, "removing the snapshot of", ffi::rbd_snap_remove)
+    pub(crate) fn snap_remove(&self, snap: &str) -> Result<()> {
+        self.snap_call(snap, Op::RemoveSnapshot, ffi::rbd_snap_remove)
     }
 
     fn snap_call(
         &self,
         snap: &str,
-        op: &'static str,
+        op: Op,
         call: unsafe extern "C" fn(ffi::RbdImage, *const std::os::raw::c_char) -> i32,
     ) -> Result<()> {
         let snap_c: CString = cstring(snap)?;

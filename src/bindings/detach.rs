@@ -1,20 +1,21 @@
 //! Native work with the interpreter detached: the GIL rule of the Python classes.
 //!
 //! Every librbd call, every wait and every lock of an upload or a download happens inside
-//! `py.detach`; waits re-attach briefly, every 100 ms (`aio::POLL_INTERVAL`), only to let
-//! Python run its signal handlers, so Ctrl-C ends a stuck wait.
+//! `py.detach`; waits re-attach briefly, every 100 ms (`rbd::completion::POLL_INTERVAL`), only
+//! to let Python run its signal handlers, so Ctrl-C ends a stuck wait.
 
 use pyo3::prelude::*;
 
+use super::logbridge;
 use crate::error::{Error, Result};
 
 /// Runs `op` detached. Its waits poll for Python signals; a raised handler (KeyboardInterrupt)
 /// ends the wait and is what the caller sees.
-pub fn run<T: Send>(
+pub(crate) fn run<T: Send>(
     py: Python<'_>,
     op: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<T> + Send,
 ) -> PyResult<T> {
-    crate::logbridge::flush();
+    logbridge::flush();
     let mut signal: Option<PyErr> = None;
     let result = py.detach(|| {
         let mut poll = || {

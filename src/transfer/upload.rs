@@ -4,18 +4,19 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::aio::{Buffer, InFlight, Poll};
-use crate::budget::Budget;
-use crate::cluster::{Cluster, IoCtx};
-use crate::digest::Digests;
+use super::budget::Budget;
+use super::digest::Digests;
+use super::in_flight::{Buffer, InFlight};
+use super::janitor;
+use super::zeros;
 use crate::error::{Error, Result, Target};
-use crate::image::{self, Image};
-use crate::janitor;
-use crate::zeros;
+use crate::rbd::cluster::{Cluster, IoCtx};
+use crate::rbd::completion::Poll;
+use crate::rbd::image::{self, Image};
 
 /// Bytes an upload holds by default, in writes in flight and chunks still being hashed: eight
 /// 8 MiB chunks, enough to keep a small cluster busy.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 64 << 20;
+pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 64 << 20;
 
 /// librbd keeps sizes as signed 64-bit in places; larger sizes wrap instead of failing.
 const MAX_IMAGE_SIZE: u64 = i64::MAX as u64;
@@ -57,12 +58,13 @@ pub struct Summary {
 }
 
 /// The size an unknown-size image grows to so that `needed` bytes fit.
-pub fn grown_size(current: u64, needed: u64, object_size: u64) -> u64 {
+fn grown_size(current: u64, needed: u64, object_size: u64) -> u64 {
     let step = current.clamp(MIN_GROWTH, MAX_GROWTH);
     let target = needed.max(current.saturating_add(step));
     target.div_ceil(object_size).saturating_mul(object_size)
 }
 
+/// One image being written; see the module doc.
 pub struct Upload {
     options: UploadOptions,
     ioctx: Arc<IoCtx>,
@@ -138,20 +140,16 @@ impl Upload {
         })
     }
 
-    pub fn bytes_written(&self) -> u64 {
+    pub(crate) fn bytes_written(&self) -> u64 {
         self.written
     }
 
-    pub fn image_size(&self) -> u64 {
-        self.image_size
-    }
-
-    pub fn resizes(&self) -> u32 {
+    pub(crate) fn resizes(&self) -> u32 {
         self.summary.resizes
     }
 
     /// What the upload did; complete once finished.
-    pub fn summary(&self) -> &Summary {
+    pub(crate) fn summary(&self) -> &Summary {
         &self.summary
     }
 
@@ -159,7 +157,7 @@ impl Upload {
         self.image.is_some()
     }
 
-    pub fn target(&self) -> Target {
+    pub(crate) fn target(&self) -> Target {
         Target::image(&self.options.pool, &self.options.image)
     }
 
@@ -291,8 +289,7 @@ impl Upload {
         let name = &self.options.image;
         if self.remove_later {
             // Closing would wait on the timed-out cluster as well: the janitor does both.
-            let reason = Error::Usage("the cluster timed out".into());
-            janitor::remove_later(image, ioctx, name, snapshot, &reason);
+            janitor::remove_later(image, ioctx, name, snapshot, &"the cluster timed out");
             return Ok(());
         }
         // Closed first: the exclusive lock goes with it, so removal can follow.

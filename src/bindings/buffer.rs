@@ -14,7 +14,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
 
-use crate::aio::Buffer;
+use crate::transfer::in_flight::Buffer;
 
 /// A `bytes` object held alive and read without a copy.
 struct HeldBytes {
@@ -36,7 +36,7 @@ impl AsRef<[u8]> for HeldBytes {
     }
 }
 
-pub fn extract(data: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+pub(crate) fn extract(data: &Bound<'_, PyAny>) -> PyResult<Buffer> {
     if let Ok(bytes) = data.cast::<PyBytes>() {
         return Ok(hold(bytes.clone()));
     }

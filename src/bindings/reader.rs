@@ -10,11 +10,11 @@ use std::sync::{Mutex, PoisonError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyType};
 
-use crate::cluster::{Cluster, ConnectOptions};
-use crate::detach;
-use crate::download::{Destination, Download, DownloadOptions};
+use super::detach;
 use crate::error::Error;
-use crate::upload::DEFAULT_MAX_IN_FLIGHT;
+use crate::rbd::cluster::{Cluster, ConnectOptions};
+use crate::transfer::download::{Destination, Download, DownloadOptions};
+use crate::transfer::upload::DEFAULT_MAX_IN_FLIGHT;
 
 /// glance_store's rbd chunk size, the stock driver's READ_CHUNKSIZE.
 const DEFAULT_CHUNK_SIZE: usize = 8 << 20;
@@ -34,7 +34,8 @@ impl NewBytes {
     fn new(py: Python<'_>, len: usize) -> PyResult<NewBytes> {
         // A null source gives an uninitialised object of that length; never the shared empty
         // or one-byte objects (those are only returned for size 0, or with a source).
-        let size = isize::try_from(len).map_err(|_| Error::Usage("chunk too large".into()))?;
+        let size = isize::try_from(len)
+            .map_err(|_| Error::Internal(format!("a chunk of {len} bytes is too large")))?;
         assert!(len > 0, "reads are never empty");
         // SAFETY: plain object creation with the interpreter attached.
         let object = unsafe {
@@ -53,7 +54,9 @@ impl NewBytes {
     }
 }
 
-impl Destination for NewBytes {
+// SAFETY: `storage` is the `len` bytes of an object that only this value can reach (see
+// `NewBytes`), and a bytes object's storage never moves.
+unsafe impl Destination for NewBytes {
     fn as_mut_ptr(&mut self) -> *mut u8 {
         self.storage.as_ptr()
     }
@@ -66,7 +69,7 @@ impl Destination for NewBytes {
 /// Reads one image (or a snapshot of it) in order, chunk by chunk, with asynchronous reads in
 /// flight ahead of the consumer up to a byte bound.
 #[pyclass(frozen, module = "glance_rbd_native._native")]
-pub struct RbdReader {
+pub(crate) struct RbdReader {
     download: Mutex<Option<Download<NewBytes>>>,
     size: u64,
     pool: String,

@@ -8,27 +8,23 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::aio::{Completion, Poll};
-use crate::cluster::Cluster;
-use crate::error::{Error, Result, check};
-use crate::ffi;
-use crate::image::Image;
+use crate::error::{Error, Op, Result, check};
+use crate::rbd::cluster::Cluster;
+use crate::rbd::completion::{Completion, Poll};
+use crate::rbd::ffi;
+use crate::rbd::image::Image;
 
-/// Memory librbd reads a chunk into: it must stay where it is until dropped.
-pub trait Destination: Send {
+/// Memory librbd reads a chunk into.
+///
+/// # Safety
+///
+/// `as_mut_ptr` must point to `size()` bytes that nothing else reads or writes, and that stay
+/// where they are, until the value is dropped: librbd writes there from its own threads after
+/// `Download::start` has taken the value.
+pub unsafe trait Destination: Send {
     fn as_mut_ptr(&mut self) -> *mut u8;
     /// How many bytes to read into it.
     fn size(&self) -> usize;
-}
-
-impl Destination for Vec<u8> {
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.as_mut_slice().as_mut_ptr()
-    }
-
-    fn size(&self) -> usize {
-        self.len()
-    }
 }
 
 pub struct DownloadOptions {
@@ -47,6 +43,7 @@ struct Pending<D> {
     destination: D,
 }
 
+/// One image read in order; see the module doc.
 pub struct Download<D: Destination> {
     image: Image,
     size: u64,
@@ -105,14 +102,16 @@ impl<D: Destination> Download<D> {
     pub fn start(&mut self, mut destination: D) -> Result<()> {
         let len = destination.size();
         if len == 0 || self.next + len as u64 > self.size {
-            return Err(Error::Usage(format!(
+            // `wanted` never plans such a read: the caller did not follow it.
+            return Err(Error::Internal(format!(
                 "a read of {len} bytes at {} does not fit an image of {} bytes",
                 self.next, self.size
             )));
         }
-        let mut completion = Completion::new(&self.image, "starting a read from")?;
+        let mut completion = Completion::new(&self.image, Op::StartRead)?;
         // SAFETY: the image is open; the destination is `len` writable bytes that stay in
-        // place in `Pending` until the completion has been waited for.
+        // place in `Pending` until the completion has been waited for (`Destination`'s
+        // contract), and `Pending` drops the completion first.
         let ret = unsafe {
             ffi::rbd_aio_read(
                 self.image.handle(),
@@ -122,7 +121,7 @@ impl<D: Destination> Download<D> {
                 completion.handle(),
             )
         };
-        completion.submitted(ret, "starting a read from", &self.image)?;
+        completion.submitted(ret, Op::StartRead, &self.image)?;
         self.queue.push_back(Pending {
             completion,
             offset: self.next,
@@ -142,12 +141,12 @@ impl<D: Destination> Download<D> {
         let pending = self.queue.pop_front().expect("front exists");
         let len = pending.destination.size();
         self.in_flight -= len;
-        let read = check(ret as i64, "reading from", self.image.target())?;
+        let read = check(ret as i64, Op::Read, self.image.target())?;
         if read != len as i64 {
             // The image shrank under the reader: what was asked for is not there any more.
             log::debug!("read of {len} bytes at {} returned {read}", pending.offset);
             return Err(Error::ceph(
-                "reading (short) from",
+                Op::ShortRead,
                 self.image.target(),
                 -libc::EIO as i64,
             ));
@@ -158,7 +157,7 @@ impl<D: Destination> Download<D> {
 
     /// Waits for the reads still in flight and gives their destinations back, unread: for a
     /// consumer that stops early. The image closes when the Download is dropped.
-    pub fn drain(&mut self) -> Vec<D> {
+    pub(crate) fn drain(&mut self) -> Vec<D> {
         self.in_flight = 0;
         self.next = self.size;
         self.queue

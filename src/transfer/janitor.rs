@@ -2,13 +2,15 @@
 //! one background thread closes them if still open, then retries each removal, with backoff,
 //! until it goes through.
 
+use std::fmt;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::cluster::IoCtx;
+use super::background;
 use crate::error::{Error, Target};
-use crate::image::{self, Image};
+use crate::rbd::cluster::IoCtx;
+use crate::rbd::image::{self, Image};
 
 const FIRST_RETRY: Duration = Duration::from_secs(2);
 const LAST_RETRY: Duration = Duration::from_secs(60);
@@ -27,16 +29,17 @@ struct Leftover {
 /// thread, so it starts its own.
 static QUEUE: Mutex<Option<(u32, Sender<Leftover>)>> = Mutex::new(None);
 
-/// Queues `image` for removal in the background, closing `open` first if given.
-pub fn remove_later(
+/// Queues `image` for removal in the background, closing `open` first if given; `reason` says
+/// why it was not removed at once.
+pub(crate) fn remove_later(
     open: Option<Image>,
     ioctx: Arc<IoCtx>,
     image: &str,
     snapshot: Option<&str>,
-    first_error: &Error,
+    reason: &dyn fmt::Display,
 ) {
     log::warn!(
-        "could not remove {} ({first_error}); retrying in the background",
+        "could not remove {} ({reason}); retrying in the background",
         Target::image(ioctx.pool(), image)
     );
     let leftover = Leftover {
@@ -51,9 +54,7 @@ pub fn remove_later(
     let mut queue = QUEUE.lock().unwrap_or_else(PoisonError::into_inner);
     if queue.as_ref().is_none_or(|(owner, _)| *owner != pid) {
         let (sender, receiver) = channel();
-        std::thread::Builder::new()
-            .name("rbd-janitor".into())
-            .spawn(move || run(receiver))
+        background::spawn("rbd-janitor".into(), move || run(receiver))
             .expect("spawning the janitor thread");
         // The parent's sender, if inherited, is forgotten: its receiver is not in this process.
         if let Some(inherited) = queue.replace((pid, sender)) {
@@ -66,7 +67,6 @@ pub fn remove_later(
 }
 
 fn run(queue: Receiver<Leftover>) {
-    crate::logbridge::mark_background_thread();
     let mut pending: Vec<Leftover> = Vec::new();
     loop {
         let wait = pending

@@ -1,0 +1,160 @@
+//! The Python exceptions of the native module, and the one conversion from `Error` to them.
+
+use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::error::Error;
+
+pyo3::create_exception!(
+    glance_rbd_native,
+    RbdError,
+    PyOSError,
+    "A librbd or librados call failed; `errno` holds the code Ceph returned."
+);
+pyo3::create_exception!(
+    glance_rbd_native,
+    NoSpace,
+    RbdError,
+    "The pool or cluster has no room left (ENOSPC or EDQUOT)."
+);
+pyo3::create_exception!(
+    glance_rbd_native,
+    ImageExists,
+    RbdError,
+    "An image of that name already exists; it was left untouched."
+);
+pyo3::create_exception!(
+    glance_rbd_native,
+    NotFound,
+    RbdError,
+    "The pool or image does not exist."
+);
+pyo3::create_exception!(
+    glance_rbd_native,
+    PoolNotFound,
+    NotFound,
+    "The pool does not exist."
+);
+pyo3::create_exception!(
+    glance_rbd_native,
+    ConnectError,
+    RbdError,
+    "The cluster could not be reached: configuration file, user, keyring or monitors."
+);
+pyo3::create_exception!(
+    glance_rbd_native,
+    InternalError,
+    PyRuntimeError,
+    "The native layer failed in a way that is neither the caller's nor Ceph's doing (a thread \
+     that could not start, a panic): a bug to report."
+);
+
+impl From<Error> for PyErr {
+    fn from(err: Error) -> PyErr {
+        let message = err.to_string();
+        match err {
+            Error::Usage(_) => PyValueError::new_err(message),
+            Error::Internal(_) => InternalError::new_err(message),
+            Error::Interrupted => PyKeyboardInterrupt::new_err(message),
+            Error::Connect { errno, .. } => ConnectError::new_err((errno, message)),
+            Error::Ceph { errno, target, .. } => {
+                let args = (errno, message);
+                match errno {
+                    libc::ENOSPC | libc::EDQUOT => NoSpace::new_err(args),
+                    libc::EEXIST => ImageExists::new_err(args),
+                    libc::ENOENT if target.image.is_none() => PoolNotFound::new_err(args),
+                    libc::ENOENT => NotFound::new_err(args),
+                    _ => RbdError::new_err(args),
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    module.add("RbdError", py.get_type::<RbdError>())?;
+    module.add("NoSpace", py.get_type::<NoSpace>())?;
+    module.add("ImageExists", py.get_type::<ImageExists>())?;
+    module.add("NotFound", py.get_type::<NotFound>())?;
+    module.add("PoolNotFound", py.get_type::<PoolNotFound>())?;
+    module.add("ConnectError", py.get_type::<ConnectError>())?;
+    module.add("InternalError", py.get_type::<InternalError>())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{Op, Target};
+
+    fn converted<T>(err: Error, check: impl FnOnce(Python<'_>, PyErr) -> T) -> T {
+        Python::initialize();
+        Python::attach(|py| check(py, err.into()))
+    }
+
+    #[test]
+    fn internal_errors_are_runtime_errors_not_value_errors() {
+        converted(Error::Internal("a panic".into()), |py, err| {
+            assert!(err.is_instance_of::<InternalError>(py));
+            assert!(err.is_instance_of::<PyRuntimeError>(py));
+            assert!(!err.is_instance_of::<PyValueError>(py));
+            assert_eq!(err.value(py).to_string(), "a panic");
+        });
+    }
+
+    #[test]
+    fn usage_errors_are_value_errors() {
+        converted(Error::Usage("bad input".into()), |py, err| {
+            assert!(err.is_instance_of::<PyValueError>(py));
+            assert!(!err.is_instance_of::<PyRuntimeError>(py));
+        });
+    }
+
+    #[test]
+    fn connect_errors_are_rbd_errors_with_errno() {
+        let error = Error::Connect {
+            step: "connecting to the monitors".into(),
+            settings: None,
+            errno: libc::ETIMEDOUT,
+        };
+        converted(error, |py, err| {
+            assert!(err.is_instance_of::<ConnectError>(py));
+            assert!(err.is_instance_of::<RbdError>(py));
+            let errno: i32 = err.value(py).getattr("errno").unwrap().extract().unwrap();
+            assert_eq!(errno, libc::ETIMEDOUT);
+        });
+    }
+
+    #[test]
+    fn ceph_errors_map_on_errno_and_target() {
+        let image = Target::image("images", "abc");
+        let cases = [
+            (Op::Create, &image, libc::EEXIST, "ImageExists"),
+            (Op::Write, &image, libc::ENOSPC, "NoSpace"),
+            (Op::Write, &image, libc::EDQUOT, "NoSpace"),
+            (
+                Op::Open,
+                &Target::pool("nope"),
+                libc::ENOENT,
+                "PoolNotFound",
+            ),
+            (Op::Open, &image, libc::ENOENT, "NotFound"),
+            (Op::Flush, &image, libc::EIO, "RbdError"),
+        ];
+        for (op, target, errno, class) in cases {
+            let error = Error::ceph(op, target, -i64::from(errno));
+            let message = error.to_string();
+            converted(error, |py, err| {
+                assert_eq!(err.get_type(py).name().unwrap(), class, "{message}");
+                assert!(err.is_instance_of::<RbdError>(py));
+                assert!(err.is_instance_of::<PyOSError>(py));
+                let value = err.value(py);
+                let got: i32 = value.getattr("errno").unwrap().extract().unwrap();
+                assert_eq!(got, errno);
+                let strerror: String = value.getattr("strerror").unwrap().extract().unwrap();
+                assert_eq!(strerror, message);
+            });
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The librbd and librados layer: connections, pools, images and asynchronous operations.
+//! Plain Rust, tested with `cargo test`; it may not depend on PyO3 or on the other layers.
+
+pub(crate) mod cluster;
+pub(crate) mod completion;
+pub(crate) mod ffi;
+pub(crate) mod image;

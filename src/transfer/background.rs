@@ -1,0 +1,38 @@
+//! Threads the native layer starts itself, marked as such: the log bridge never calls into
+//! Python from them (under eventlet, taking a green lock there can hang the hub).
+
+use std::cell::Cell;
+use std::io;
+use std::thread::JoinHandle;
+
+thread_local! {
+    static BACKGROUND: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Starts a named thread, marked as background before `body` runs.
+pub(crate) fn spawn<T: Send + 'static>(
+    name: String,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<JoinHandle<T>> {
+    std::thread::Builder::new().name(name).spawn(move || {
+        BACKGROUND.with(|background| background.set(true));
+        body()
+    })
+}
+
+/// Whether the calling thread was started by `spawn`, not by Python.
+pub(crate) fn is_background_thread() -> bool {
+    BACKGROUND.with(Cell::get)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_spawned_threads_are_marked() {
+        assert!(!is_background_thread());
+        let marked = spawn("test".into(), is_background_thread).unwrap();
+        assert!(marked.join().unwrap());
+    }
+}
