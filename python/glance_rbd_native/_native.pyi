@@ -1,7 +1,7 @@
 """Type stub of the native module built from src/ (PyO3)."""
 
 from types import TracebackType
-from typing import Dict, List, Optional, Sequence, Type, Union
+from typing import Dict, List, Optional, Sequence, Type, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -27,8 +27,13 @@ class PoolNotFound(NotFound):
 class ConnectError(RbdError):
     """The cluster could not be reached: configuration file, user, keyring or monitors."""
 
-Data = Union[bytes, bytearray, memoryview, npt.NDArray[np.uint8]]
+class InternalError(RuntimeError):
+    """The native layer failed in a way that is neither the caller's nor Ceph's doing (a thread
+    that could not start, a panic): a bug to report."""
 
+_Data = Union[bytes, bytearray, memoryview, npt.NDArray[np.uint8]]
+
+@final
 class RbdWriter:
     """Streams one image into an RBD pool with asynchronous writes, bounded in flight."""
 
@@ -45,9 +50,9 @@ class RbdWriter:
         snapshot: Optional[str] = None,
         connect_timeout: Optional[int] = None,
         max_in_flight: int = ...,
-        digests: Sequence[str] = (),
+        digests: Sequence[str] = ...,
     ) -> RbdWriter: ...
-    def write(self, data: Data) -> None:
+    def write(self, data: _Data) -> None:
         """Appends `data` (bytes, bytearray, memoryview or numpy uint8 array) to the image."""
     def finish(self) -> int:
         """Waits for all writes, trims, snapshots; returns the bytes written."""
@@ -84,6 +89,7 @@ class RbdWriter:
     def closed(self) -> bool:
         """True once finished or aborted."""
 
+@final
 class RbdReader:
     """Reads one image (or a snapshot of it) in order, chunk by chunk, with asynchronous reads
     in flight ahead of the consumer up to a byte bound. Each chunk is a new `bytes`."""

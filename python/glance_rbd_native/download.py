@@ -18,9 +18,8 @@ import logging
 from glance_store import exceptions
 from glance_store.i18n import _
 
-from glance_rbd_native import compat
+from glance_rbd_native import compat, errors, settings
 from glance_rbd_native._native import ConnectError, NotFound, PoolNotFound, RbdReader
-from glance_rbd_native.driver import max_in_flight, missing_pool, unreachable
 
 LOG = logging.getLogger(__name__)
 
@@ -80,19 +79,19 @@ def _chunks(open_reader, image):
             # Closing this generator closes the reader: `yield from` passes close() on, and
             # leaving the block closes it again, harmlessly.
             yield from reader
-    except NotFound:
+    except NotFound as exc:
         # Missing from the start, or deleted while being read.
-        raise exceptions.NotFound(_('RBD image %s does not exist') % image)
+        raise exceptions.NotFound(_('RBD image %s does not exist') % image) from exc
 
 
 def _open_located(store, loc):
     """An ``RbdReader`` on the image of a location, with stock get_size's NotFound."""
     try:
         return _open(store, loc.pool or store.pool, loc.image, loc.snapshot)
-    except NotFound:
+    except NotFound as exc:
         msg = _('RBD image %s does not exist') % loc.get_uri()
         LOG.debug(msg)
-        raise exceptions.NotFound(msg)
+        raise exceptions.NotFound(msg) from exc
 
 
 def _open(store, pool, image, snapshot):
@@ -107,9 +106,9 @@ def _open(store, pool, image, snapshot):
             user=options.rbd_store_user or None,
             connect_timeout=compat.connect_timeout(store),
             chunk_size=store.READ_CHUNKSIZE,
-            max_in_flight=max_in_flight(),
+            max_in_flight=settings.max_in_flight(),
         )
     except ConnectError as exc:
-        raise unreachable(store, exc)
+        raise errors.unreachable(store, exc) from exc
     except PoolNotFound as exc:
-        raise missing_pool(exc)
+        raise errors.missing_pool(exc) from exc

@@ -1,5 +1,4 @@
-"""Swapping glance_store's rbd ``Store.add``, ``get`` and ``get_size`` for the native ones, and
-back."""
+"""Swapping glance_store's rbd ``Store.add``, ``get`` and ``get_size`` for the native ones."""
 
 import logging
 
@@ -19,7 +18,7 @@ def patch(force=False):
     from glance_store import capabilities, driver as store_driver
     from glance_store._drivers import rbd
 
-    from glance_rbd_native import compat, download, driver
+    from glance_rbd_native import compat, download, settings, upload
 
     if is_patched():
         return True
@@ -33,7 +32,7 @@ def patch(force=False):
     # Wrapped as stock wraps its own: add and get check the store's capabilities, and add
     # also takes the older calling convention.
     native = {
-        "add": store_driver.back_compat_add(capabilities.check(driver.add)),
+        "add": store_driver.back_compat_add(capabilities.check(upload.add)),
         "get": capabilities.check(download.get),
         "get_size": download.get_size,
     }
@@ -42,7 +41,7 @@ def patch(force=False):
         setattr(rbd.Store, name, method)
     LOG.info("glance-rbd-native: the native RBD writer is active for glance_store %s "
              "(%d MiB in flight per upload and per download), and the native reader", version,
-             driver.max_in_flight() >> 20)
+             settings.max_in_flight() >> 20)
     return True
 
 

@@ -4,24 +4,22 @@ It keeps the stock contract of the installed glance_store (4.1 to 5.x; ``compat`
 differs between releases): same return tuple, same exceptions, same digests and verifier calls,
 same snapshot. A declared size that the data does not match is refused with ``Invalid`` on every
 release, as 5.2 and later do; 4.x would store the image zero-padded or fail with a raw librbd
-error. Unlike stock, all upload state is local to the call,
-so one Store serves any number of uploads, one after the other or at once. md5 and the multihash
-are computed by the writer on threads of their own; an algorithm it lacks falls back to hashlib.
+error. Unlike stock, all upload state is local to the call, so one Store serves any number of
+uploads, one after the other or at once. md5 and the multihash are computed by the writer on
+threads of their own; an algorithm it lacks falls back to hashlib.
 """
 
 import logging
 import math
-import os
 import time
 
 from glance_store import exceptions
 from glance_store._drivers import rbd as stock
 from glance_store.common import utils
-from glance_store.i18n import _, _LE
+from glance_store.i18n import _LE, _
 
-from glance_rbd_native import compat
+from glance_rbd_native import compat, errors, settings
 from glance_rbd_native._native import (
-    DEFAULT_MAX_IN_FLIGHT,
     ConnectError,
     ImageExists,
     NoSpace,
@@ -33,24 +31,6 @@ from glance_rbd_native._native import (
 LOG = logging.getLogger(__name__)
 
 NATIVE_DIGESTS = frozenset(native_digests())
-
-MAX_IN_FLIGHT_ENV = "GLANCE_RBD_NATIVE_MAX_IN_FLIGHT_MIB"
-
-
-def max_in_flight():
-    """Bytes allowed in flight per upload: the environment's MiB setting, or the default."""
-    value = os.environ.get(MAX_IN_FLIGHT_ENV, "").strip()
-    if not value:
-        return DEFAULT_MAX_IN_FLIGHT
-    try:
-        mib = int(value)
-    except ValueError:
-        mib = 0
-    if mib < 1:
-        LOG.warning("%s=%r is not a positive integer; using the default of %d MiB",
-                    MAX_IN_FLIGHT_ENV, value, DEFAULT_MAX_IN_FLIGHT >> 20)
-        return DEFAULT_MAX_IN_FLIGHT
-    return mib << 20
 
 
 def add(self, image_id, image_file, image_size, hashing_algo, context=None,
@@ -90,7 +70,7 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
                     'expected': image_size, 'actual': bytes_written})
             # Leaving the block finishes the writer: drain, trim, snapshot.
     except NoSpace as exc:
-        raise _storage_full(image_name, exc)
+        raise errors.storage_full(image_name, exc) from exc
     except Exception as exc:
         LOG.error(_LE("Failed to store image %(img_name)s "
                       "Store Exception %(store_exc)s"),
@@ -130,40 +110,16 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
             thin_provisioning=bool(store.thin_provisioning),
             snapshot=stock.DEFAULT_SNAPNAME,
             connect_timeout=compat.connect_timeout(store),
-            max_in_flight=max_in_flight(),
+            max_in_flight=settings.max_in_flight(),
             digests=digests,
         )
-    except ImageExists:
+    except ImageExists as exc:
         msg = _('RBD image %s already exists') % image_id
-        raise exceptions.Duplicate(message=msg)
+        raise exceptions.Duplicate(message=msg) from exc
     except NoSpace as exc:
-        raise _storage_full(image_name, exc)
+        raise errors.storage_full(image_name, exc) from exc
     except ConnectError as exc:
-        raise unreachable(store, exc)
+        raise errors.unreachable(store, exc) from exc
     except PoolNotFound as exc:
-        raise missing_pool(exc)
+        raise errors.missing_pool(exc) from exc
 
-
-def unreachable(store, exc):
-    """The stock driver's exception for a cluster it cannot connect to (its get_connection),
-    with librados' reason in it."""
-    if store.backend_group and len(store.conf.enabled_backends) > 1:
-        reason = _("Error in store configuration: %s") % exc
-        LOG.debug(reason)
-        return exceptions.BadStoreConfiguration(store_name=store.backend_group, reason=reason)
-    LOG.error(_LE("Error connecting to ceph cluster: %s"), exc)
-    return exceptions.BackendException(str(exc))
-
-
-def missing_pool(exc):
-    """Stock lets rados.ObjectNotFound escape for a missing pool; this names the pool."""
-    LOG.error("%s", exc)
-    return exceptions.BackendException(str(exc))
-
-
-def _storage_full(image_name, exc):
-    """The stock driver's StorageFull for an upload that ran out of space, logged as stock does."""
-    log_msg = (_LE("Failed to store image %(img_name)s "
-                   "insufficient space available") % {'img_name': image_name})
-    LOG.error("%s: %s", log_msg, exc)
-    return exceptions.StorageFull(message=log_msg)

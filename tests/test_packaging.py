@@ -1,0 +1,134 @@
+"""The sdist `maturin sdist` makes, the wheel pip builds from it, and the one version they carry.
+
+Cargo.toml is the only place the version is written: maturin copies it into the metadata, and
+``glance_rbd_native.__version__`` reads it from there.
+"""
+
+import email.parser
+import importlib
+import pathlib
+import subprocess
+import sys
+import tarfile
+import textwrap
+import tomllib
+import zipfile
+
+import pytest
+
+import glance_rbd_native
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NAME = "glance_rbd_native"
+# What must never ship: build outputs, the tests' and tools' caches, a developer's built module.
+UNWANTED = {"target", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache",
+            ".venv", ".venv-matrix", ".cluster", ".bench", ".git"}
+
+
+def cargo_version():
+    with open(ROOT / "Cargo.toml", "rb") as stream:
+        return tomllib.load(stream)["package"]["version"]
+
+
+def metadata_of(text):
+    return email.parser.HeaderParser().parsestr(text)
+
+
+def test_version_is_cargos():
+    assert glance_rbd_native.__version__ == cargo_version()
+
+
+def test_version_does_not_load_the_native_module():
+    probe = textwrap.dedent("""
+        import sys
+        import glance_rbd_native
+        print(glance_rbd_native.__version__)
+        print("glance_rbd_native._native" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                         text=True, timeout=60).stdout.split()
+    assert out == [cargo_version(), "False"]
+
+
+def test_package_reexports_every_native_name():
+    native = importlib.import_module("glance_rbd_native._native")
+    assert sorted(glance_rbd_native._NATIVE) == sorted(native.__all__)
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sdist")
+    subprocess.run([sys.executable, "-m", "maturin", "sdist", "-o", str(out)], cwd=ROOT,
+                   check=True, capture_output=True, timeout=600)
+    [path] = out.glob("*.tar.gz")
+    return path
+
+
+@pytest.fixture(scope="module")
+def wheel(sdist, tmp_path_factory):
+    """The release wheel pip builds from the sdist, in isolation: with the maturin that
+    pyproject's build-system asks for, on a host with the Ceph and OpenSSL -dev packages."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
+                    str(sdist)], check=True, capture_output=True, timeout=3600)
+    [path] = out.glob("*.whl")
+    return path
+
+
+@pytest.mark.packaging
+def test_sdist_holds_what_a_build_needs(sdist):
+    version = cargo_version()
+    assert sdist.name == f"{NAME}-{version}.tar.gz"
+    top = f"{NAME}-{version}"
+    with tarfile.open(sdist) as archive:
+        names = {name.removeprefix(f"{top}/") for name in archive.getnames()}
+        pkg_info = archive.extractfile(f"{top}/PKG-INFO").read().decode()
+    for needed in ("Cargo.toml", "Cargo.lock", "src/lib.rs", "pyproject.toml", "LICENSE",
+                   "README.md", "glance_rbd_native_switch.pth",
+                   "python/glance_rbd_native/__init__.py", "python/glance_rbd_native/_native.pyi",
+                   "python/glance_rbd_native/py.typed"):
+        assert needed in names
+    shipped = {part for name in names for part in pathlib.PurePosixPath(name).parts}
+    assert not shipped & UNWANTED
+    assert not [name for name in names if name.endswith(".so")]
+    assert metadata_of(pkg_info)["Version"] == version
+
+
+@pytest.mark.packaging
+def test_wheel_built_from_the_sdist(wheel):
+    version = cargo_version()
+    assert wheel.name == f"{NAME}-{version}-cp39-abi3-linux_x86_64.whl"
+    dist_info = f"{NAME}-{version}.dist-info"
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        metadata = metadata_of(archive.read(f"{dist_info}/METADATA").decode())
+    assert metadata["Version"] == version
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert metadata.get_all("License-File") == ["LICENSE"]
+    assert f"{dist_info}/licenses/LICENSE" in names
+    assert "glance_rbd_native_switch.pth" in names
+    assert {"glance_rbd_native/_native.abi3.so", "glance_rbd_native/_native.pyi",
+            "glance_rbd_native/py.typed"} <= names
+
+
+@pytest.mark.packaging
+def test_installed_wheel_reports_cargos_version(wheel, tmp_path):
+    """Installed into a bare virtualenv: metadata and ``__version__`` agree with Cargo.toml,
+    and the start-up switch lands in site-packages."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-deps", str(wheel)], check=True, capture_output=True, timeout=300)
+    probe = textwrap.dedent("""
+        import pathlib, sysconfig
+        from importlib import metadata
+        import glance_rbd_native
+        print(glance_rbd_native.__version__, metadata.version("glance-rbd-native"))
+        print((pathlib.Path(sysconfig.get_path("purelib")) / "glance_rbd_native_switch.pth")
+              .is_file())
+    """)
+    out = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True,
+                         timeout=60).stdout.split()
+    assert out == [cargo_version(), cargo_version(), "True"]
