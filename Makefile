@@ -9,16 +9,29 @@ SYSTEM_PYTHON := /usr/bin/python3
 APT_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev \
 	python3-rbd python3-rados python3-venv python3-dev gcc pkg-config libssl-dev valgrind \
 	mariadb-server-core debootstrap
-PIP_PACKAGES := maturin "pytest>=7" "hypothesis>=6" glance-store==5.7.0 numpy vermin abi3audit auditwheel
+PIP_PACKAGES := --group dev
 # The end-to-end layer: a real glance-api (WSGI app served by uWSGI, catalogue in MariaDB) and
 # a real client. pip's cryptography breaks Debian's pyOpenSSL in a --system-site-packages venv;
 # a newer pyOpenSSL fixes it.
 E2E_PACKAGES := glance==33.0.0 uwsgi==2.0.31 python-glanceclient PyMySQL "pyOpenSSL>=24"
 
-.PHONY: help deps build demo test test-rust test-python check-py39 check-abi3 bench lint clean
+.PHONY: help deps build dev demo test test-fast test-rust test-python check-py39 check-abi3 bench \
+	cluster-up cluster-down lint clean
+
+# A cluster that `make cluster-up` left running in .cluster: the test targets hand it to pytest
+# (GLANCE_RBD_TEST_CLUSTER) instead of booting one per run. Set that variable to use another.
+CLUSTER_DIR := .cluster
+WITH_CLUSTER = GLANCE_RBD_TEST_CLUSTER="$${GLANCE_RBD_TEST_CLUSTER:-$$($(PY) -m tests.harness.cluster status $(CLUSTER_DIR))}"
+# What pytest imports must be the build just installed, not python/ (an editable install of
+# `maturin develop`) nor a stale extension module left there.
+CHECK_INSTALLED = $(PY) -c 'import sys, glance_rbd_native._native as n, glance_rbd_native as p; \
+	sys.exit(None if all("/site-packages/" in m.__file__ for m in (n, p)) else \
+	f"glance_rbd_native comes from {p.__file__} and {n.__file__}, not the installed wheel")'
+# make test-fast: what needs no more than the cluster (markers: pyproject.toml).
+FAST_MARKERS := not (matrix or distro or e2e or load or wheel or packaging)
 
 help: ## Show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
 deps: $(VENV)/.deps ## Install Debian's Ceph packages and the test virtualenv (once)
 
@@ -34,39 +47,64 @@ $(VENV)/.deps: Makefile
 	$(PY) -m pip install -q $(PIP_PACKAGES) $(E2E_PACKAGES)
 	touch $@
 
-build: deps ## Build the wheel (one for CPython 3.9 on: abi3) and install it into the virtualenv
-	rm -rf target/wheels
+build: deps ## Build the release wheel (one for CPython 3.9 on: abi3) and install it into the virtualenv
+	rm -rf target/wheels python/glance_rbd_native/*.so
 	$(VENV)/bin/maturin build --release -q -i $(PY) -o target/wheels
 	@ls target/wheels/*.whl
 	$(PY) -m pip install -q --force-reinstall --no-deps target/wheels/*.whl
+	@$(CHECK_INSTALLED)
+
+dev: deps ## A debug build installed into the virtualenv in its place: quick to rebuild (make build puts the release one back)
+	rm -rf target/dev-wheels python/glance_rbd_native/*.so
+	$(VENV)/bin/maturin build -q -i $(PY) -o target/dev-wheels
+	$(PY) -m pip install -q --force-reinstall --no-deps target/dev-wheels/*.whl
+	@$(CHECK_INSTALLED)
 
 demo: build ## Boot a throwaway cluster; upload one image through the stock and native drivers
-	$(PY) benchmarks/demo.py
+	$(PY) -m benchmarks.demo
 
-bench: build ## Every performance target, side by side, medians of 3 rounds (about 10 min)
-	$(PY) benchmarks/bench.py
+bench: build ## Every performance target, side by side, medians of 3 rounds
+	$(PY) -m benchmarks.bench
 
-test: build check-py39 check-abi3 test-rust test-python ## Everything: cargo tests, then pytest on a throwaway cluster (every glance_store release, every server)
+# lint first: it installs the debug build to check the stub; the release wheel goes in after it.
+test: lint build check-abi3 test-rust test-python ## Everything: lint, the release wheel's checks, cargo tests, then all of pytest on it (every glance_store release, every server)
 
-test-rust: deps
+test-fast: dev test-rust ## The quick loop: cargo tests, then pytest on the debug build and the cluster alone (no release matrix, Debian roots, servers, load runs or wheel checks)
+	$(WITH_CLUSTER) $(PY) -m pytest -q -m "$(FAST_MARKERS)"
+
+test-rust: deps ## cargo test, and the program the valgrind test drives
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo test --quiet
 	# The valgrind test in pytest drives this program against the throwaway cluster.
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo build --quiet --example lifecycle
 
-test-python: build
-	$(PY) -m pytest -q
+test-python: build ## All of pytest on the release wheel
+	$(WITH_CLUSTER) $(PY) -m pytest -q
+
+cluster-up: deps ## Boot a throwaway cluster in .cluster and leave it running: the test targets use it while it runs
+	@if running=$$($(PY) -m tests.harness.cluster status $(CLUSTER_DIR)) && [ -n "$$running" ]; then \
+		echo "a cluster already runs in $$running"; \
+	else \
+		$(PY) -m tests.harness.cluster down $(CLUSTER_DIR) && rm -rf $(CLUSTER_DIR) && \
+		$(PY) -m tests.harness.cluster up $(CLUSTER_DIR); \
+	fi
+
+cluster-down: ## Stop the cluster in .cluster (its daemons, by pid) and remove it
+	$(PY) -m tests.harness.cluster down $(CLUSTER_DIR)
+	rm -rf $(CLUSTER_DIR)
 
 # RDO on EL9 runs glance on Python 3.9: the pure-Python package must stay 3.9-compatible.
-check-py39: deps
+check-py39: deps ## The pure-Python package stays Python 3.9-compatible
 	$(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.9- python/
 
 # The extension uses the limited API of 3.9 alone, so the one wheel loads on 3.9 to 3.13.
-check-abi3: build
+check-abi3: build ## The release wheel uses the limited API of 3.9 alone
 	$(VENV)/bin/abi3audit --strict --summary target/wheels/*.whl
 
-lint: check-py39 ## rustfmt, clippy with warnings as errors, Python 3.9 compatibility
+lint: check-py39 dev ## rustfmt, clippy, ruff, Python 3.9 compatibility, the stub against the debug build
 	cargo fmt --check
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo clippy --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python/ tests/ benchmarks/
+	$(PY) -m mypy.stubtest --allowlist .stubtest-allowlist glance_rbd_native._native
 
 clean: ## Remove build outputs and the virtualenvs
 	rm -rf target $(VENV) .venv-matrix python/glance_rbd_native/*.so

@@ -5,9 +5,10 @@ coreutils tools), so CPU time, peak RSS and CEPH_ARGS belong to it alone. The gl
 drive glance-api servers under uWSGI (tests/harness/glance_api.py: master, 2 processes of 2
 threads, lazy-apps) that differ only in GLANCE_RBD_NATIVE: PUTs from this process, and
 copy-image between two rbd backends of multi-store servers.
-Every row runs ROUNDS times, interleaved, and reports medians. The table goes to stdout, everything measured to BENCH_JSON.
+Every row runs ROUNDS times, interleaved, and reports medians. The table goes to stdout,
+everything measured to BENCH_JSON.
 
-    make bench                      # 1 GiB images, 3 rounds
+    make bench                      # 1 GiB images, 3 rounds; or python -m benchmarks.bench
     BENCH_ROUNDS=5 BENCH_SIZE_MIB=512 make bench
 """
 
@@ -23,17 +24,17 @@ import sys
 import tempfile
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT
+from tests.harness import venvs
+from tests.harness.cluster import Cluster
+from tests.harness.debian_root import TRIXIE, DebianRoot
+from tests.harness.glance_api import BACKEND, SECOND_BACKEND, SECOND_POOL, GlanceApi
+from tests.harness.mariadb import MariaDB
 
-from harness import venvs  # noqa: E402
-from harness.cluster import Cluster  # noqa: E402
-from harness.debian_root import TRIXIE, DebianRoot  # noqa: E402
-from harness.glance_api import BACKEND, SECOND_BACKEND, SECOND_POOL, GlanceApi  # noqa: E402
-from harness.mariadb import MariaDB  # noqa: E402
-from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT  # noqa: E402
+# The import root: the children run `python -m benchmarks.upload` (and download, sleeper) in it.
+CHECKOUT = pathlib.Path(__file__).resolve().parents[1]
 
 MiB = 1 << 20
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -117,7 +118,7 @@ class Bench:
     def upload(self, driver, file, *, unknown=False, thin=False, threads=1, gil=False,
                latency=False, chunks="bytes", debian13=False):
         """benchmarks/upload.py, by this interpreter or by Debian 13's python3 in its root."""
-        cmd = [str(HERE / "upload.py"), "--conf", str(self.cluster.conf_path),
+        cmd = ["-m", "benchmarks.upload", "--conf", str(self.cluster.conf_path),
                "--pool", self.cluster.pool, "--file", str(self.files[file]), "--driver", driver,
                "--threads", str(threads), "--expect-md5", self.files[file + ":md5"],
                "--chunks", chunks]
@@ -126,13 +127,14 @@ class Bench:
         probe = None
         if gil:
             # The same 1 ms sleeper in a separate process: how late the CPU alone makes it.
-            probe = subprocess.Popen([sys.executable, str(HERE / "sleeper.py")],
+            probe = subprocess.Popen([sys.executable, "-m", "benchmarks.sleeper"], cwd=CHECKOUT,
                                      stdout=subprocess.PIPE, text=True)
         if debian13:
-            out = self.debian13.run("python3", *cmd, timeout=900, check=False)
+            out = self.debian13.run("python3", *cmd, cwd=str(CHECKOUT), timeout=900,
+                                    check=False)
         else:
-            out = subprocess.run([sys.executable, *cmd], capture_output=True, text=True,
-                                 env=self.env(latency), timeout=900)
+            out = subprocess.run([sys.executable, *cmd], cwd=CHECKOUT, capture_output=True,
+                                 text=True, env=self.env(latency), timeout=900)
         if probe:
             probe.terminate()
             sleeper = json.loads(probe.communicate()[0] or "{}")
@@ -177,13 +179,14 @@ class Bench:
         chunk buffer goes back to the system and peak RSS shows the memory in use; by default
         glibc raises the threshold to the size of the buffers freed, and keeps them for reuse.
         """
-        cmd = [sys.executable, str(HERE / "download.py"), "--conf", str(self.cluster.conf_path),
+        cmd = [sys.executable, "-m", "benchmarks.download", "--conf", str(self.cluster.conf_path),
                "--pool", self.cluster.pool, "--image", READ, "--driver", driver,
                "--expect-md5", self.files["random:md5"]] + ["--hash"] * hashes
         env = self.env(latency)
         if in_use:
             env["MALLOC_MMAP_THRESHOLD_"] = str(MiB)
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        out = subprocess.run(cmd, cwd=CHECKOUT, capture_output=True, text=True, env=env,
+                             timeout=900)
         if out.returncode:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr}")
         result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -256,7 +259,8 @@ def run_rows(bench):
         print(f"round {round_no + 1}/{ROUNDS}", flush=True)
         b.measure("stock known", lambda: b.upload("stock", "random"))
         b.measure("native known", lambda: b.upload("native", "random"))
-        b.measure("native known bytearray", lambda: b.upload("native", "random", chunks="bytearray"))
+        b.measure("native known bytearray",
+                  lambda: b.upload("native", "random", chunks="bytearray"))
         b.measure("native known memoryview",
                   lambda: b.upload("native", "random", chunks="memoryview"))
         b.measure("native unknown", lambda: b.upload("native", "random", unknown=True))
@@ -308,7 +312,8 @@ def table(bench):
     known, stock = m("native known"), m("stock known")
     c_tools = m("rbd import + md5sum + sha512sum")
     row("local, known size",
-        f"native {known:.2f}s, stock {stock:.2f}s ({stock / known:.2f}x); rbd import {m('rbd import'):.2f}s; "
+        f"native {known:.2f}s, stock {stock:.2f}s ({stock / known:.2f}x); "
+        f"rbd import {m('rbd import'):.2f}s; "
         f"rbd import || md5sum || sha512sum {c_tools:.2f}s",
         ">= 2x stock; <= C tools", stock / known >= 2 and known <= c_tools)
     kinds = {kind: (m(f"native known{suffix}"), m(f"native known{suffix}", "cpu_seconds") / gib)
@@ -323,7 +328,8 @@ def table(bench):
     resizes = (f"; {BIG // MiB} MiB unknown-size: {big['resizes']} resizes, "
                f"final trim {big['trim_seconds'] * 1000:.0f} ms")
     row("local, unknown size",
-        f"native {unknown:.2f}s ({unknown / known:.2f}x known); stock {m('stock unknown'):.2f}s{resizes}",
+        f"native {unknown:.2f}s ({unknown / known:.2f}x known); "
+        f"stock {m('stock unknown'):.2f}s{resizes}",
         "within 10% of known", unknown <= 1.1 * known)
     lat_n, lat_s, lat_i = m("latency native"), m("latency stock"), m("latency rbd import")
     row("latency model (20 ms)",
@@ -348,13 +354,16 @@ def table(bench):
     row("client CPU per GiB",
         f"native {cpu_n:.2f}s, stock {cpu_s:.2f}s ({cpu_n / cpu_s:.2f}x)", "<= 1.1x stock",
         cpu_n <= 1.1 * cpu_s)
-    growth = {k: m(k, "peak_rss_mib") - m(k, "baseline_rss_mib") for k in ("native known", "native big unknown")}
+    growth = {k: m(k, "peak_rss_mib") - m(k, "baseline_rss_mib")
+              for k in ("native known", "native big unknown")}
     bound = DEFAULT_MAX_IN_FLIGHT // MiB
     row("peak RSS over the process baseline",
         f"native {growth['native known']:.0f} MiB ({SIZE // MiB} MiB image), "
-        f"{growth['native big unknown']:.0f} MiB ({BIG // MiB} MiB image); in-flight bound {bound} MiB",
+        f"{growth['native big unknown']:.0f} MiB ({BIG // MiB} MiB image); "
+        f"in-flight bound {bound} MiB",
         "<= bound + 64 MiB, same for both sizes",
-        max(growth.values()) <= bound + 64 and abs(growth["native known"] - growth["native big unknown"]) < 16)
+        max(growth.values()) <= bound + 64
+        and abs(growth["native known"] - growth["native big unknown"]) < 16)
     gil = {k: (m(k, "gil_late_p999_ms"), m(k, "cpu_late_p999_ms"))
            for k in ("gil native thin", "gil stock thin", "gil native thick", "gil stock thick")}
     row("1 ms sleeper lateness, p99.9 (in process / separate process)",
@@ -429,8 +438,8 @@ def main():
                             str(files["random"]), f"{cluster.pool}/{READ}", timeout=600)
                 cluster.rbd("snap", "create", f"{cluster.pool}/{READ}@{SNAP}")
                 cluster.rbd("snap", "protect", f"{cluster.pool}/{READ}@{SNAP}")
-                debian13 = DebianRoot.ensure(TRIXIE, binds=[root, HERE.parent],
-                                             read_only=[HERE.parent])
+                debian13 = DebianRoot.ensure(TRIXIE, binds=[root, CHECKOUT],
+                                             read_only=[CHECKOUT])
                 stack.callback(debian13.close)
                 debian13.install_wheel(venvs.wheel())
                 bench = Bench(cluster, files, servers, debian13)

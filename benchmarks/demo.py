@@ -1,7 +1,7 @@
 """The main job, side by side: one generated image uploaded through glance_store's stock rbd
 driver and through the native writer, on a throwaway Ceph cluster.
 
-    make demo                       # 1 GiB
+    make demo                       # 1 GiB; or python -m benchmarks.demo
     DEMO_SIZE_MIB=256 make demo
 """
 
@@ -10,13 +10,12 @@ import logging
 import os
 import pathlib
 import shutil
-import sys
 import tempfile
 import time
 import warnings
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-# futurist, which comes with glance, imports eventlet, and eventlet warns that it is deprecated.
+# futurist, which comes with glance, imports eventlet, and eventlet warns that it is deprecated:
+# the filter goes first, before glance_store's import (hence E402 below).
 warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
 # The drivers' warnings (stock warns on every unknown-size upload), with where they come from.
 logging.basicConfig(format="  %(levelname)s %(name)s: %(message)s")
@@ -26,8 +25,9 @@ logging.getLogger("stevedore").setLevel(logging.CRITICAL)
 import numpy as np  # noqa: E402
 
 import glance_rbd_native  # noqa: E402
-from harness.cluster import Cluster  # noqa: E402
-from support import MiB, make_store, new_name  # noqa: E402
+from tests.harness.cluster import Cluster  # noqa: E402
+from tests.harness.data import MiB, new_name  # noqa: E402
+from tests.harness.stores import make_store  # noqa: E402
 
 
 def generate(path, size):

@@ -1,7 +1,7 @@
 """One measured download in a process of its own, so CPU time, peak RSS and CEPH_ARGS are its
 own: glance_store's Store.get of an image glance stored, stock or native.
 
-    python benchmarks/download.py --conf C --pool P --image NAME --driver native|stock
+    python -m benchmarks.download --conf C --pool P --image NAME --driver native|stock
         [--hash] [--expect-md5 MD5]
 
 With --hash the consumer computes md5 and sha512 of every chunk as it arrives, as glance does
@@ -12,18 +12,16 @@ seconds, client CPU seconds, peak and baseline RSS, the md5 and whether it match
 import argparse
 import hashlib
 import json
-import pathlib
 import resource
-import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+from glance_store import location
+from glance_store._drivers import rbd
 
-import glance_rbd_native  # noqa: E402
-from glance_store import location  # noqa: E402
-from glance_store._drivers import rbd  # noqa: E402
-from support import SNAP, make_store  # noqa: E402
-from upload import Cluster, status_mib  # noqa: E402
+import glance_rbd_native
+from benchmarks.upload import status_mib
+from tests.harness.cluster import Cluster
+from tests.harness.stores import SNAP, make_store
 
 
 def main():
@@ -38,10 +36,10 @@ def main():
 
     if args.driver == "native":
         glance_rbd_native.patch()
-    store = make_store(Cluster(args.conf, args.pool))
-    with open(args.conf) as conf:  # the fsid is part of glance's location, not used to read
-        fsid = next(line.split("=", 1)[1].strip() for line in conf if line.startswith("fsid"))
-    uri = f"rbd://{fsid}/{args.pool}/{args.image}/{SNAP}"
+    cluster = Cluster.describe(args.conf, args.pool)
+    store = make_store(cluster)
+    # The fsid is part of glance's location, not used to read.
+    uri = f"rbd://{cluster.fsid}/{args.pool}/{args.image}/{SNAP}"
     where = location.Location("rbd", rbd.StoreLocation, store.conf, uri=uri)
     # A first get_size connects (stock connects anew each time anyway): the baseline is a
     # process ready to read.

@@ -11,7 +11,8 @@ late = []
 
 def report(*_):
     late.sort()
-    print(json.dumps({"p999_ms": late[min(len(late) - 1, int(0.999 * len(late)))] if late else None}))
+    p999 = late[min(len(late) - 1, int(0.999 * len(late)))] if late else None
+    print(json.dumps({"p999_ms": p999}))
     sys.exit(0)
 
 

@@ -1,6 +1,6 @@
 """One measured upload in a process of its own, so CPU time, peak RSS and CEPH_ARGS are its own.
 
-    python benchmarks/upload.py --conf C --pool P --file F --driver native|stock
+    python -m benchmarks.upload --conf C --pool P --file F --driver native|stock
         [--unknown-size] [--thin] [--threads N] [--gil-probe] [--chunks bytes|bytearray|memoryview]
 
 Prints one JSON object: wall seconds, client CPU seconds, peak and baseline RSS, digests,
@@ -14,21 +14,13 @@ import json
 import logging
 import pathlib
 import resource
-import sys
 import threading
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-
-import glance_rbd_native  # noqa: E402
-from support import make_store, new_name  # noqa: E402
-
-
-class Cluster:
-    """Just what make_store needs."""
-
-    def __init__(self, conf, pool):
-        self.conf_path, self.pool = conf, pool
+import glance_rbd_native
+from tests.harness.cluster import Cluster
+from tests.harness.data import new_name
+from tests.harness.stores import make_store
 
 
 def status_mib(field):
@@ -111,10 +103,11 @@ def main():
     summary = StoredSummary()
     if args.driver == "native":
         glance_rbd_native.patch()
-        driver_log = logging.getLogger("glance_rbd_native.driver")
+        driver_log = logging.getLogger("glance_rbd_native.upload")
         driver_log.setLevel(logging.DEBUG)
         driver_log.addHandler(summary)
-    store = make_store(Cluster(args.conf, args.pool), thin=args.thin)
+    cluster = Cluster.describe(args.conf, args.pool)
+    store = make_store(cluster, thin=args.thin)
     size = pathlib.Path(args.file).stat().st_size
     names = [new_name(args.driver) for _ in range(args.threads)]
     results, errors = [None] * args.threads, []
@@ -132,7 +125,7 @@ def main():
     warm_up = new_name("warm-up")
     # Its own Store, as glance-api makes one per request: stock cannot reuse one.
     # Thin and all zero, so it allocates nothing that the caller would count.
-    make_store(Cluster(args.conf, args.pool), thin=True).add(
+    make_store(cluster, thin=True).add(
         warm_up, io.BytesIO(bytes(1 << 20)), 0, "sha512")
     names.append(warm_up)
     probe = GilProbe() if args.gil_probe else None

@@ -8,8 +8,9 @@ import time
 
 import glanceclient
 
-from harness.glance_api import BACKEND
-from support import SNAP, MiB, data_of
+from tests.harness.data import MiB, data_of
+from tests.harness.glance_api import BACKEND
+from tests.harness.stores import SNAP
 
 # Not a multiple of the 8 MiB chunk: the last read is short.
 SIZE = 20 * MiB + 12345
@@ -88,7 +89,7 @@ def check_four_at_once(api, cluster, seed):
         t.join(300)
     try:
         assert statuses == [204] * 4
-        for image_id, data in zip(ids, sources):
+        for image_id, data in zip(ids, sources, strict=True):
             assert_stored(api, cluster, image_id, data)
     finally:
         for image_id in ids:

@@ -1,6 +1,11 @@
 """One throwaway Ceph cluster per test session, and the fixtures built on it.
 
-Set GLANCE_RBD_TEST_CLUSTER=DIR to reuse a cluster started with `tests/harness/cluster.py up DIR`.
+Set GLANCE_RBD_TEST_CLUSTER=DIR to reuse a cluster started with
+`python -m tests.harness.cluster up DIR` (`make cluster-up` starts one in .cluster, which the
+make targets then pass on).
+
+The contract files run in full are held against their table (tests/harness/contract.py) at the
+end of the session: a case lost, gained or skipped where it should run fails the run.
 """
 
 import os
@@ -11,8 +16,17 @@ import tempfile
 import pytest
 
 import glance_rbd_native
-from harness.cluster import Cluster
-from support import Images
+from tests import stock_versions
+from tests.harness import contract
+from tests.harness.cluster import Cluster
+from tests.harness.stores import Images
+
+
+def pytest_report_header():
+    existing = os.environ.get("GLANCE_RBD_TEST_CLUSTER")
+    if existing:
+        return f"cluster: {existing}, left running (GLANCE_RBD_TEST_CLUSTER)"
+    return "cluster: a throwaway one, booted when a test first needs it"
 
 
 @pytest.fixture(scope="session")
@@ -68,3 +82,38 @@ def _stock_by_default():
     glance_rbd_native.unpatch()
     yield
     glance_rbd_native.unpatch()
+
+
+# -- the contract guard, on this run ---------------------------------------------------------
+
+_tally = contract.Tally()
+_contract_problems: list[str] = []
+
+
+def pytest_itemcollected(item):
+    _tally.collect(item.nodeid)
+
+
+def pytest_deselected(items):
+    for item in items:
+        _tally.deselect(item.nodeid)
+
+
+def pytest_runtest_logreport(report):
+    _tally.report(report.nodeid, report.when, report.outcome)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Cases named one by one (FILE::NAME) are not a whole file.
+    if any("::" in arg for arg in session.config.args):
+        return
+    _contract_problems[:] = _tally.problems(stock_versions.VERSION, root=os.geteuid() == 0)
+    if _contract_problems and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _contract_problems:
+        terminalreporter.section("contract guard (tests/harness/contract.py)", red=True)
+        for line in _contract_problems:
+            terminalreporter.line(line, red=True)

@@ -8,9 +8,10 @@ import pytest
 import rados
 
 import glance_rbd_native
-import stock_versions
 from glance_rbd_native import compat
-from support import data_of, expected_result, make_store, new_name
+from tests import stock_versions
+from tests.harness.data import data_of, expected_result, new_name
+from tests.harness.stores import make_store
 
 LIBRADOS_TIMEOUTS = ("rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout")
 
@@ -63,7 +64,7 @@ def test_multi_store_options_from_backend_defaults(cluster, clean_pool):
     itself then answers None."""
     store = make_store(cluster, chunk_mib=1, backend="ceph1", timeout=30,
                        defaults=("rbd_store_user", "rados_connect_timeout"))
-    assert getattr(store.conf, "ceph1").rbd_store_user is None
+    assert store.conf.ceph1.rbd_store_user is None
     assert compat.store_options(store).rbd_store_user == "admin"
     assert compat.connect_timeout(store) == 30
 

@@ -10,17 +10,16 @@ import io
 import pytest
 
 import glance_rbd_native
-from support import (
+from tests.harness.data import (
     MiB,
-    SNAP,
     ShortReader,
     chunks_of,
     data_of,
     expected_result,
-    make_store,
     new_name,
     sparse_data,
 )
+from tests.harness.stores import SNAP, make_store
 
 pytestmark = pytest.mark.cluster
 

@@ -6,13 +6,14 @@ import gc
 import os
 
 import pytest
-
-import glance_rbd_native
 import rbd
-import stock_versions
 from glance_store import exceptions, location
 from glance_store._drivers import rbd as rbd_driver
-from support import MiB, SNAP, data_of, make_store, new_name
+
+import glance_rbd_native
+from tests import stock_versions
+from tests.harness.data import MiB, data_of, new_name
+from tests.harness.stores import SNAP, make_store
 
 pytestmark = pytest.mark.cluster
 
@@ -190,7 +191,7 @@ def test_deleted_by_glance_mid_read(cluster, clean_pool, monkeypatch):
         store = make_store(cluster)
         refused = []
 
-        def delete(name):
+        def delete(name, store=store, refused=refused):
             try:
                 store.delete(locate(store, cluster, name))
             except exceptions.InUseByStore:

@@ -3,10 +3,11 @@
 import io
 
 import pytest
+from glance_store import exceptions
 
 import glance_rbd_native
-from glance_store import exceptions
-from support import MiB, data_of, make_store, new_name
+from tests.harness.data import MiB, data_of, new_name
+from tests.harness.stores import make_store
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("native")]
 
@@ -71,7 +72,7 @@ def test_size_mismatch(cluster, clean_pool):
 
 
 @pytest.mark.parametrize("known", [True, False], ids=["known", "unknown"])
-@pytest.mark.parametrize("error", [IOError("connection reset by peer"),
+@pytest.mark.parametrize("error", [OSError("connection reset by peer"),
                                    ImageSizeLimitExceeded()],
                          ids=["ioerror", "size-limit"])
 def test_reader_error_reraised_unchanged(cluster, clean_pool, known, error):
@@ -101,14 +102,14 @@ def test_missing_pool_names_the_pool(cluster, clean_pool):
 
 def test_bad_conf_path_is_a_backend_error(cluster, clean_pool, tmp_path):
     store = make_store(cluster, chunk_mib=1, conf_file=tmp_path / "missing.conf")
-    with pytest.raises(exceptions.BackendException, match="missing.conf"):
+    with pytest.raises(exceptions.BackendException, match=r"missing\.conf"):
         store.add(new_name(), io.BytesIO(b"x"), 1, "sha512")
 
 
 def test_bad_conf_in_multi_store_is_bad_store_configuration(cluster, clean_pool, tmp_path):
     good = make_store(cluster, chunk_mib=1, backend="ceph1")
     good.conf_file = str(tmp_path / "missing.conf")
-    with pytest.raises(exceptions.BadStoreConfiguration, match="missing.conf"):
+    with pytest.raises(exceptions.BadStoreConfiguration, match=r"missing\.conf"):
         good.add(new_name(), io.BytesIO(b"x"), 1, "sha512")
 
 

@@ -10,7 +10,8 @@ import traceback
 import pytest
 
 import glance_rbd_native
-from support import MiB, data_of, expected_result, make_store, new_name
+from tests.harness.data import MiB, data_of, expected_result, new_name
+from tests.harness.stores import make_store
 
 pytestmark = [
     pytest.mark.cluster,

@@ -8,21 +8,22 @@ import subprocess
 
 import pytest
 
-import stock_versions
-from harness import contract, venvs
+from tests import stock_versions
+from tests.harness import contract, venvs
 
 pytestmark = [pytest.mark.cluster, pytest.mark.matrix]
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 @pytest.mark.parametrize("version", venvs.MATRIX)
-def test_contract_on_release(cluster, version):
+def test_contract_on_release(cluster, version, tmp_path):
     if version == stock_versions.VERSION_TEXT:
         pytest.skip(f"{version} is this interpreter's glance_store: the main run covers it")
     python = venvs.release(version)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["GLANCE_RBD_TEST_CLUSTER"] = str(cluster.root)
-    result = subprocess.run([str(python), *contract.PYTEST], cwd=HERE, env=env,
-                            capture_output=True, text=True, timeout=1200)
-    print(f"glance_store {version}: {contract.check(f'glance_store {version}', result)}")
+    junit = tmp_path / "contract.xml"
+    result = subprocess.run([str(python), *contract.pytest_args(str(junit))], cwd=venvs.ROOT,
+                            env=env, capture_output=True, text=True, timeout=1200)
+    xml = junit.read_text() if junit.exists() else ""
+    where = f"glance_store {version}"
+    print(f"{where}: {contract.check(where, version, result, xml)}")

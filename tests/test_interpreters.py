@@ -10,10 +10,11 @@ import subprocess
 
 import pytest
 
-from harness import venvs
-from support import MiB, SNAP, data_of, new_name
+from tests.harness import venvs
+from tests.harness.data import MiB, data_of, new_name
+from tests.harness.stores import SNAP
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.wheel]
 
 # Writes DATA (a file) as bytes, a bytearray and a numpy array, and prints what the writer saw.
 PROBE = """

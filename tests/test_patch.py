@@ -7,12 +7,11 @@ import sys
 import textwrap
 
 import pytest
-
-import glance_rbd_native
-from glance_rbd_native import download, driver
 from glance_store import capabilities, driver as store_driver
 from glance_store._drivers import rbd
 
+import glance_rbd_native
+from glance_rbd_native import download, settings, upload
 
 REPLACED = ("add", "get", "get_size")
 
@@ -38,21 +37,21 @@ def test_patch_is_repeat_safe_and_reversible(caplog):
 def test_patched_add_keeps_the_stock_wrappers():
     stock_add = rbd.Store.add
     glance_rbd_native.patch()
-    # back_compat_add wraps capabilities.check, which wraps driver.add, as in the stock class.
+    # back_compat_add wraps capabilities.check, which wraps upload.add, as in the stock class.
     add = rbd.Store.add
     assert add.__name__ == stock_add.__name__
     assert add.__code__ is stock_add.__code__
-    assert add.__code__ is store_driver.back_compat_add(driver.add).__code__
-    assert add.__wrapped__.__code__ is capabilities.check(driver.add).__code__
+    assert add.__code__ is store_driver.back_compat_add(upload.add).__code__
+    assert add.__wrapped__.__code__ is capabilities.check(upload.add).__code__
     # get is wrapped by capabilities.check too; get_size is not, in stock as here.
     assert rbd.Store.get.__code__ is capabilities.check(download.get).__code__
 
 
 def test_in_flight_setting(monkeypatch, caplog):
-    monkeypatch.setenv(driver.MAX_IN_FLIGHT_ENV, "16")
-    assert driver.max_in_flight() == 16 << 20
-    monkeypatch.setenv(driver.MAX_IN_FLIGHT_ENV, "lots")
-    assert driver.max_in_flight() == glance_rbd_native.DEFAULT_MAX_IN_FLIGHT
+    monkeypatch.setenv(settings.MAX_IN_FLIGHT_ENV, "16")
+    assert settings.max_in_flight() == 16 << 20
+    monkeypatch.setenv(settings.MAX_IN_FLIGHT_ENV, "lots")
+    assert settings.max_in_flight() == glance_rbd_native.DEFAULT_MAX_IN_FLIGHT
     assert "not a positive integer" in caplog.text
 
 

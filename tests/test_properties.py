@@ -5,12 +5,12 @@ or a partial image."""
 import io
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import glance_rbd_native
 from glance_rbd_native import RbdWriter
-from support import MiB, data_of, make_store, new_name
+from tests.harness.data import MiB, data_of, new_name
+from tests.harness.stores import make_store
 
 pytestmark = pytest.mark.cluster
 

@@ -11,11 +11,12 @@ import threading
 
 import pytest
 import rbd
+from glance_store import exceptions
 
 import glance_rbd_native
-import stock_versions
-from glance_store import exceptions
-from support import MiB, chunks_of, data_of, expected_result, make_store, new_name
+from tests import stock_versions
+from tests.harness.data import MiB, chunks_of, data_of, expected_result, new_name
+from tests.harness.stores import make_store
 
 pytestmark = pytest.mark.cluster
 
@@ -96,7 +97,7 @@ def test_concurrent_unknown_size_uploads_on_one_store(cluster, clean_pool):
     results, errors = concurrent_uploads(store, first_one_ahead(payloads, MiB))
     assert not errors
     assert len(results) == 4
-    for (name, result), data in zip(sorted(results.items()), payloads):
+    for (name, result), data in zip(sorted(results.items()), payloads, strict=True):
         assert result[1:4] == expected_result(data)
         assert hashlib.md5(clean_pool.read(name)).hexdigest() == result[2]
         clean_pool.remove(name)

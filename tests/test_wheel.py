@@ -6,6 +6,7 @@ bundled: glance's own rados module loads the host's)."""
 import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 
 import pytest
@@ -13,7 +14,9 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
 
-from harness import venvs
+from tests.harness import venvs
+
+pytestmark = pytest.mark.wheel
 
 # What the README lists; a new dependency must be added there too.
 NEEDED = {"librbd.so.1", "librados.so.2", "libssl.so.3", "libcrypto.so.3", "libgcc_s.so.1",
@@ -34,7 +37,8 @@ def extension(tmp_path_factory):
 
 
 def test_one_abi3_wheel_for_python_3_9_on():
-    assert venvs.wheel().name == "glance_rbd_native-0.1.0-cp39-abi3-linux_x86_64.whl"
+    version = tomllib.loads((venvs.ROOT / "Cargo.toml").read_text())["package"]["version"]
+    assert venvs.wheel().name == f"glance_rbd_native-{version}-cp39-abi3-linux_x86_64.whl"
     with zipfile.ZipFile(venvs.wheel()) as wheel:
         [metadata] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
         assert "\nRequires-Python: >=3.9\n" in wheel.read(metadata).decode()

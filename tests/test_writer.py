@@ -17,7 +17,8 @@ from glance_rbd_native import (
     connection_count,
     native_digests,
 )
-from support import MiB, SNAP, data_of, new_name, sparse_data
+from tests.harness.data import MiB, data_of, new_name, sparse_data
+from tests.harness.stores import SNAP
 
 pytestmark = pytest.mark.cluster
 
@@ -105,7 +106,7 @@ def test_thin_skips_zero_blocks_at_any_alignment(open_writer, clean_pool):
     name = new_name()
     data = sparse_data(6 * MiB + 123, seed=5)
     with open_writer(name, len(data), thin_provisioning=True) as writer:
-        for pos, step in zip(range(0, len(data), 999_999), range(10**9)):
+        for pos in range(0, len(data), 999_999):
             writer.write(data[pos:pos + 999_999])
     assert clean_pool.read(name, snapshot=None) == data
     clean_pool.remove(name)
@@ -214,7 +215,7 @@ def test_missing_pool(cluster):
 
 
 def test_bad_conf_path(tmp_path):
-    with pytest.raises(ConnectError, match="missing.conf") as raised:
+    with pytest.raises(ConnectError, match=r"missing\.conf") as raised:
         RbdWriter("images", new_name(), conffile=str(tmp_path / "missing.conf"))
     assert isinstance(raised.value, RbdError) and isinstance(raised.value, OSError)
     assert raised.value.errno is not None
@@ -272,7 +273,7 @@ def test_digests_are_known_after_finish_only(open_writer, clean_pool):
     writer = open_writer(name, digests=["sha256"])
     writer.write(b"abc")
     with pytest.raises(ValueError, match="finished"):
-        writer.hexdigests
+        _ = writer.hexdigests
     writer.finish()
     assert writer.hexdigests == {"sha256": hashlib.sha256(b"abc").hexdigest()}
     clean_pool.remove(name)

@@ -8,10 +8,10 @@ import pathlib
 
 import pytest
 
-from harness import venvs
-from harness.debian_glance import DebianGlanceApi
-from harness.debian_root import DebianRoot
-from harness.mariadb import MariaDB
+from tests.harness import venvs
+from tests.harness.debian_glance import DebianGlanceApi
+from tests.harness.debian_root import DebianRoot
+from tests.harness.mariadb import MariaDB
 
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 

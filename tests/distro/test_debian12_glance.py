@@ -4,9 +4,9 @@ and its uWSGI ini.
 
 Under uWSGI, glance reads a chunked body through `_UWSGIChunkFile`, which returns whole HTTP
 chunks until it holds the 8 MiB asked for: the driver's first chunk is the first multiple of the
-client's chunk at or past 8 MiB (or the whole body, if shorter). The stock 4.1 driver grows an image of unknown size by one
-8 MiB step before its first write (bug 1916482), so every chunking that does not divide 8 MiB
-fails with "RBD incomplete write"."""
+client's chunk at or past 8 MiB (or the whole body, if shorter). The stock 4.1 driver grows an
+image of unknown size by one 8 MiB step before its first write (bug 1916482), so every chunking
+that does not divide 8 MiB fails with "RBD incomplete write"."""
 
 import pathlib
 import re
@@ -14,10 +14,17 @@ import time
 
 import pytest
 
-from clients import (CLIENTS, SIZE, assert_stored, check_four_at_once, check_upload, upload,
-                     wait_status)
-from harness.debian_root import BOOKWORM
-from support import MiB, data_of
+from tests.clients import (
+    CLIENTS,
+    SIZE,
+    assert_stored,
+    check_four_at_once,
+    check_upload,
+    upload,
+    wait_status,
+)
+from tests.harness.data import MiB, data_of
+from tests.harness.debian_root import BOOKWORM
 
 RELEASE = BOOKWORM
 

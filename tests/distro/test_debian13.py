@@ -9,10 +9,10 @@ import re
 
 import pytest
 
-from clients import CLIENTS, SIZE, check_four_at_once, check_upload
-from harness import contract, venvs
-from harness.debian_root import TRIXIE
-from support import data_of
+from tests.clients import CLIENTS, SIZE, check_four_at_once, check_upload
+from tests.harness import contract, venvs
+from tests.harness.data import data_of
+from tests.harness.debian_root import TRIXIE
 
 RELEASE = TRIXIE
 
@@ -23,13 +23,15 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:'cgi' is deprecated:DeprecationWarning"),
 ]
 
-TESTS = pathlib.Path(__file__).resolve().parents[1]
+# The import root, mounted at its own path inside: the contract files run from it.
+CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 SITE = "/usr/local/lib/python3.13/dist-packages"
 SERVERS = {
     "uwsgi": dict(server="uwsgi", native=True),
     "uwsgi-stock": dict(server="uwsgi", native=False),
 }
-ACTIVE = "the native RBD writer is active for glance_store 4.9.1"
+GLANCE_STORE = "4.9.1"  # python3-glance-store
+ACTIVE = f"the native RBD writer is active for glance_store {GLANCE_STORE}"
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def test_what_debian_ships(debian_root):
     versions = debian_root.versions("glance-api", "python3-glance-store", "python3", "librbd1",
                                     "librados2", "libssl3t64", "libc6")
     assert versions["glance-api"].startswith("2:30.0.0-")
-    assert versions["python3-glance-store"].startswith("4.9.1-")
+    assert versions["python3-glance-store"].startswith(f"{GLANCE_STORE}-")
     assert versions["python3"].startswith("3.13.")
     assert versions["librbd1"].startswith("18.2.7")
     assert versions["librados2"].startswith("18.2.7")
@@ -79,9 +81,14 @@ def test_contract_on_debian13(debian_root, cluster):
     # host's), so the host starts it.
     cluster.start_mgr()
     env = {"GLANCE_RBD_TEST_CLUSTER": str(cluster.root)}
-    result = debian_root.run("python3", *contract.PYTEST, env=env, cwd=str(TESTS), check=False,
-                             timeout=1200)
-    print(f"Debian 13: {contract.check('Debian 13', result)}")
+    # The checkout is mounted read-only: the results go to the root's own disk.
+    junit = "/root/contract.xml"
+    debian_root.file(junit).unlink(missing_ok=True)
+    result = debian_root.run("python3", *contract.pytest_args(junit), env=env, cwd=str(CHECKOUT),
+                             check=False, timeout=1200)
+    xml = debian_root.file(junit).read_text() if debian_root.file(junit).exists() else ""
+    where = f"Debian 13 (glance_store {GLANCE_STORE})"
+    print(f"{where}: {contract.check(where, GLANCE_STORE, result, xml)}")
 
 
 @pytest.mark.parametrize("api", list(SERVERS), indirect=True)

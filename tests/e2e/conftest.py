@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from harness.glance_api import SECOND_POOL, GlanceApi
-from harness.mariadb import MariaDB
+from tests.harness.glance_api import SECOND_POOL, GlanceApi
+from tests.harness.mariadb import MariaDB
 
 # The switch on, the same with the app loaded in uWSGI's master (which also connects before it
 # forks), the same with two rbd backends, the switch off: nothing else differs.

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from support import MiB, data_of
+from tests.harness.data import MiB, data_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from clients import CLIENTS, SIZE, check_four_at_once, check_upload, wait_status
-from harness import venvs
-from support import MiB, data_of
+from tests.clients import CLIENTS, SIZE, check_four_at_once, check_upload, wait_status
+from tests.harness import venvs
+from tests.harness.data import MiB, data_of
 
 pytestmark = [
     pytest.mark.cluster,

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from clients import CLIENTS, SIZE, check_four_at_once, check_upload, wait_status
-from support import data_of
+from tests.clients import CLIENTS, SIZE, check_four_at_once, check_upload, wait_status
+from tests.harness.data import data_of
 
 pytestmark = [
     pytest.mark.cluster,
@@ -53,7 +53,7 @@ def test_preforked_workers_leave_the_masters_connection_alone(glance_servers):
     assert re.search(rf"WSGI app 0 .* ready .* pid: {master} ", api.server_log())
     workers = set(re.findall(r"spawned uWSGI worker \d+ \(pid: (\d+)", api.server_log()))
     assert len(workers) == 2 and str(master) not in workers
-    writers = set(re.findall(r"^\S+ \S+ (\d+) INFO glance_rbd_native.driver .* with the native "
+    writers = set(re.findall(r"^\S+ \S+ (\d+) INFO glance_rbd_native.upload .* with the native "
                              r"writer", api.log(), re.M))
     assert writers and writers <= workers
 

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from harness.glance_api import BACKEND, SECOND_BACKEND, SECOND_POOL
-from support import SNAP, MiB, data_of
+from tests.harness.data import MiB, data_of
+from tests.harness.glance_api import BACKEND, SECOND_BACKEND, SECOND_POOL
+from tests.harness.stores import SNAP
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 

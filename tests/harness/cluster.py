@@ -1,4 +1,8 @@
-"""Boot a throwaway single-node Ceph cluster (mon + osd [+ mgr]) on loopback for tests, demos and benchmarks."""
+"""Boot a throwaway single-node Ceph cluster (mon + osd [+ mgr]) on loopback for tests, demos and
+benchmarks.
+
+    python -m tests.harness.cluster up|down|status DIR     (make cluster-up, make cluster-down)
+"""
 
 from __future__ import annotations
 
@@ -19,11 +23,14 @@ import uuid
 
 # The optional mgr modules of 16.2: quotas need none of them (the mon enforces them from the
 # PG stats digest of the mgr core). The always-on ones stay: disabling those turns health to ERR.
-_MGR_DISABLED = ("alerts diskprediction_local influx insights iostat localpool mirroring nfs osd_perf_query "
-                 "osd_support prometheus restful selftest snap_schedule stats telegraf test_orchestrator zabbix")
-_DEBUG = "asok auth bdev bluefs bluestore mgr mgrc mon monc ms objecter osd paxos rados rbd rocksdb".split()
+_MGR_DISABLED = ("alerts diskprediction_local influx insights iostat localpool mirroring nfs "
+                 "osd_perf_query osd_support prometheus restful selftest snap_schedule stats "
+                 "telegraf test_orchestrator zabbix")
+_DEBUG = ("asok auth bdev bluefs bluestore mgr mgrc mon monc ms objecter osd paxos rados rbd "
+          "rocksdb").split()
 _ADMIN_CAPS = {"mon": "allow *", "osd": "allow *", "mgr": "allow *", "mds": "allow *"}
-_STOP_ORDER = ("mgr.x", "osd.0", "mon.a")  # the osd tells the mon it is going down, so the mon goes last
+# The osd tells the mon it is going down, so the mon goes last.
+_STOP_ORDER = ("mgr.x", "osd.0", "mon.a")
 
 
 class CephError(RuntimeError):
@@ -32,11 +39,13 @@ class CephError(RuntimeError):
 
 def _secret() -> str:
     # A cephx key is a base64 CryptoKey: type (1 = AES), created (sec, nsec), length, secret.
-    return base64.b64encode(struct.pack("<HIIH", 1, int(time.time()), 0, 16) + os.urandom(16)).decode()
+    key = struct.pack("<HIIH", 1, int(time.time()), 0, 16) + os.urandom(16)
+    return base64.b64encode(key).decode()
 
 
 def _keyring(name: str, key: str, **caps: str) -> str:
-    return "".join([f"[{name}]\n\tkey = {key}\n", *(f'\tcaps {k} = "{v}"\n' for k, v in caps.items())])
+    return "".join([f"[{name}]\n\tkey = {key}\n",
+                    *(f'\tcaps {k} = "{v}"\n' for k, v in caps.items())])
 
 
 def free_port() -> int:
@@ -47,8 +56,8 @@ def free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, root: pathlib.Path, *, objectstore="bluestore", osd_size_gib=8, with_mgr=False,
-                 port=None, pool="images"):
+    def __init__(self, root: pathlib.Path, *, objectstore="bluestore", osd_size_gib=8,
+                 with_mgr=False, port=None, pool="images"):
         if objectstore not in ("bluestore", "memstore"):
             raise ValueError(f"unsupported objectstore {objectstore!r}")
         self.root = pathlib.Path(root).resolve()
@@ -67,9 +76,11 @@ class Cluster:
 
     def start(self) -> Cluster:
         if self.conf_path.exists():
-            raise FileExistsError(f"{self.root} already holds a cluster; use Cluster.attach() or a fresh dir")
+            raise FileExistsError(f"{self.root} already holds a cluster; use Cluster.attach() or "
+                                  "a fresh dir")
         if len(str(self.root / "run/client.admin.4194304.asok")) > 107:
-            raise ValueError(f"{self.root} is too long for the unix sockets put under it (max 107 bytes)")
+            raise ValueError(f"{self.root} is too long for the unix sockets put under it "
+                             "(max 107 bytes)")
         t0 = time.monotonic()
         for d in ("log", "run", "crash", "mon/a", "osd/0", "mgr/x"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
@@ -87,12 +98,15 @@ class Cluster:
     def _boot(self) -> None:
         r, osd_uuid, osd_key = self.root, str(uuid.uuid4()), _secret()
         self._write_files(osd_key)
-        self._tool("monmaptool", "--create", "--fsid", self.fsid, "--addv", "a", f"[v2:127.0.0.1:{self.port}/0]",
+        self._tool("monmaptool", "--create", "--fsid", self.fsid, "--addv", "a",
+                   f"[v2:127.0.0.1:{self.port}/0]",
                    r / "monmap")
-        self._tool("ceph-mon", "--mkfs", "-i", "a", "--monmap", r / "monmap", "--keyring", r / "mon.keyring")
+        self._tool("ceph-mon", "--mkfs", "-i", "a", "--monmap", r / "monmap", "--keyring",
+                   r / "mon.keyring")
         # bluestore mkfs takes seconds and needs no mon, so overlap it with the mon boot.
-        mkfs = subprocess.Popen(["ceph-osd", "-c", str(self.conf_path), "-i", "0", "--mkfs", "--no-mon-config",
-                                 "--osd-uuid", osd_uuid], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        mkfs = subprocess.Popen(["ceph-osd", "-c", str(self.conf_path), "-i", "0", "--mkfs",
+                                 "--no-mon-config", "--osd-uuid", osd_uuid],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             self._spawn("mon.a")
             secrets = r / "osd/0/secrets.json"
@@ -106,7 +120,8 @@ class Cluster:
                 mkfs.kill()
                 mkfs.wait()
         if mkfs.returncode:
-            raise CephError(f"ceph-osd --mkfs failed ({mkfs.returncode}): {out.decode(errors='replace')}")
+            raise CephError(f"ceph-osd --mkfs failed ({mkfs.returncode}): "
+                            f"{out.decode(errors='replace')}")
         self._spawn("osd.0")
         if self.with_mgr:
             self._spawn("mgr.x")
@@ -121,7 +136,8 @@ class Cluster:
         admin, mgr = _secret(), _secret()
         mgr_caps = {"mon": "allow profile mgr", "osd": "allow *", "mds": "allow *"}
         (r / "ceph.client.admin.keyring").write_text(_keyring("client.admin", admin, **_ADMIN_CAPS))
-        # The mon imports every entity of its mkfs keyring, so the mgr key needs no `auth` call later.
+        # The mon imports every entity of its mkfs keyring, so the mgr key needs no `auth` call
+        # later.
         (r / "mon.keyring").write_text(_keyring("mon.", _secret(), mon="allow *")
                                        + _keyring("client.admin", admin, **_ADMIN_CAPS)
                                        + _keyring("mgr.x", mgr, **mgr_caps))
@@ -217,6 +233,24 @@ admin socket = {r}/run/$name.$pid.asok
         c._procs = {name: pid for name, pid in state["pids"].items() if c._is_ours(pid)}
         return c
 
+    @classmethod
+    def describe(cls, conf_path: str | os.PathLike, pool: str = "images") -> Cluster:
+        """A cluster known by its ceph.conf and pool alone, run by another process (a benchmark's
+        child, given --conf and --pool): enough for clients (make_store, `ceph`, `rbd`), which
+        read everything else from the conf; it controls no daemon."""
+        conf_path = pathlib.Path(conf_path).resolve()
+        c = cls(conf_path.parent, pool=pool)
+        c.conf_path = conf_path
+        for line in conf_path.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "fsid":
+                c.fsid = value.strip()
+        return c
+
+    def running(self) -> bool:
+        """Whether the mon and the osd are up, as far as their processes go."""
+        return all(self._alive(name) for name in ("mon.a", "osd.0"))
+
     # -- daemons on demand ----------------------------------------------------------------
 
     def start_mgr(self) -> None:
@@ -284,7 +318,8 @@ admin socket = {r}/run/$name.$pid.asok
     def _tool(self, tool: str, *args, timeout=60) -> str:
         cmd = [tool, "-c", str(self.conf_path), *map(str, args)]
         try:
-            res = subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=timeout)
+            res = subprocess.run(cmd, env=self.env(), capture_output=True, text=True,
+                                 timeout=timeout)
         except subprocess.TimeoutExpired:
             raise CephError(f"{' '.join(cmd)}: timed out after {timeout}s") from None
         if res.returncode:
@@ -300,7 +335,8 @@ admin socket = {r}/run/$name.$pid.asok
             # its own session keeps it alive after `up` exits and away from the caller's Ctrl-C.
             self._procs[name] = subprocess.Popen(
                 [f"ceph-{kind}", "-f", "-c", str(self.conf_path), "-i", ident],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
         self._save()  # record the pid at once, so even a crashed caller leaves a way to clean up
 
     def _alive(self, name: str) -> bool:
@@ -343,7 +379,8 @@ admin socket = {r}/run/$name.$pid.asok
             for name, proc in self._procs.items():
                 if isinstance(proc, subprocess.Popen) and proc.poll() is not None:
                     log = (self.root / "log" / f"{name}.out").read_text(errors="replace")[-2000:]
-                    raise CephError(f"{name} exited with {proc.returncode} while waiting for {what}:\n{log}")
+                    raise CephError(f"{name} exited with {proc.returncode} while waiting for "
+                                    f"{what}:\n{log}")
             try:
                 if ready():
                     return
@@ -368,7 +405,8 @@ admin socket = {r}/run/$name.$pid.asok
 
     def _save(self) -> None:
         pids = {n: p.pid if isinstance(p, subprocess.Popen) else p for n, p in self._procs.items()}
-        state = {"fsid": self.fsid, "conf": str(self.conf_path), "pool": self.pool, "port": self.port,
+        state = {"fsid": self.fsid, "conf": str(self.conf_path), "pool": self.pool,
+                 "port": self.port,
                  "objectstore": self.objectstore, "osd_size_gib": self.osd_size_gib,
                  "with_mgr": self.with_mgr, "pids": pids}
         tmp = self.root / "cluster.json.tmp"
@@ -379,13 +417,17 @@ admin socket = {r}/run/$name.$pid.asok
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up", help="boot a cluster in DIR and leave it running; prints the conf path")
+    up = sub.add_parser("up", help="boot a cluster in DIR and leave it running; prints the conf "
+                        "path")
     up.add_argument("dir", type=pathlib.Path)
     up.add_argument("--objectstore", choices=("bluestore", "memstore"), default="bluestore")
     up.add_argument("--osd-size-gib", type=int, default=8)
-    up.add_argument("--mgr", action="store_true", help="also start a ceph-mgr (needed for pool quotas)")
+    up.add_argument("--mgr", action="store_true",
+                    help="also start a ceph-mgr (needed for pool quotas)")
     down = sub.add_parser("down", help="stop the daemons recorded in DIR/cluster.json")
     down.add_argument("dir", type=pathlib.Path)
+    status = sub.add_parser("status", help="print DIR's absolute path if a cluster runs there")
+    status.add_argument("dir", type=pathlib.Path)
     args = parser.parse_args(argv)
     if args.cmd == "up":
         c = Cluster(args.dir, objectstore=args.objectstore, osd_size_gib=args.osd_size_gib,
@@ -393,7 +435,10 @@ def main(argv=None) -> None:
         atexit.unregister(c.stop)  # the whole point of `up` is that the daemons outlive it
         print(f"booted in {c.boot_seconds:.1f}s", file=sys.stderr)
         print(c.conf_path)
-    else:
+    elif args.cmd == "status":
+        if (args.dir / "cluster.json").exists() and Cluster.attach(args.dir).running():
+            print(args.dir.resolve())
+    elif (args.dir / "cluster.json").exists():
         Cluster.attach(args.dir).stop()
 
 

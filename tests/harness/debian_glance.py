@@ -7,19 +7,21 @@ Started as Debian's systemd unit does: `/etc/init.d/glance-api systemd-start` as
 sources /etc/default/openstack and /etc/default/glance-api (shell files: only what they export
 reaches the server) and execs the server:
 
-- "eventlet", the default of Debian 12 and 13: `/usr/bin/glance-api --config-file=/etc/glance/glance-api.conf
-  --log-file=/var/log/glance/glance-api.log`. Debian commented out the script's uWSGI lines
-  ("Glance appears broken with uwsgi"), in both releases.
+- "eventlet", the default of Debian 12 and 13: `/usr/bin/glance-api
+  --config-file=/etc/glance/glance-api.conf --log-file=/var/log/glance/glance-api.log`. Debian
+  commented out the script's uWSGI lines ("Glance appears broken with uwsgi"), in both
+  releases.
 - "uwsgi": the script's uWSGI mode, turned on by the three variables Debian commented out
   (UWSGI_PORT, UWSGI_INI_PATH, UWSGI_INI_APP), given in the unit's environment instead (what a
   systemd drop-in `Environment=` does; the script tests them before it sources
   /etc/default/glance-api, so they cannot go there). It execs
   `uwsgi_python3XX --http-socket ADDRESS:PORT --ini /etc/glance/glance-api-uwsgi.ini`, Debian's
   ini as shipped (lazy-apps, uid glance, logging to /var/log/glance/glance-api.log; 8 processes
-  of 32 threads in Debian 12, of 1 thread in Debian 13). The address and port are read from glance-api.conf's
-  bind_host and bind_port by openstack-pkg-tools' helpers (the script's UWSGI_BIND_CONFIG_*),
-  so it listens on loopback, on the port the eventlet server would use. One uWSGI option is
-  added, through /etc/default/glance-api: a larger chunked-input-limit (CHUNKED_INPUT_LIMIT).
+  of 32 threads in Debian 12, of 1 thread in Debian 13). The address and port are read from
+  glance-api.conf's bind_host and bind_port by openstack-pkg-tools' helpers (the script's
+  UWSGI_BIND_CONFIG_*), so it listens on loopback, on the port the eventlet server would use.
+  One uWSGI option is added, through /etc/default/glance-api: a larger chunked-input-limit
+  (CHUNKED_INPUT_LIMIT).
 
 In both, the switch is `export GLANCE_RBD_NATIVE=1` in /etc/default/glance-api: uWSGI's workers
 inherit the master's environment. No keystone: paste's default pipeline gives an
@@ -37,8 +39,8 @@ import shutil
 import signal
 import time
 
-from harness.debian_root import DebianRoot
-from harness.glance_api import GlanceApi, GlanceApiError
+from tests.harness.debian_root import DebianRoot
+from tests.harness.glance_api import GlanceApi, GlanceApiError
 
 CONF = "/etc/glance/glance-api.conf"
 LOG = "/var/log/glance/glance-api.log"

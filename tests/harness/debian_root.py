@@ -69,7 +69,7 @@ class Release:
 BOOKWORM = Release("bookworm", GLANCE_PACKAGES)
 # Debian 13: glance 30.0.0, glance_store 4.9.1, Python 3.13, Ceph 18; with pytest, and the
 # rbd and ceph commands the contract tests check the pool with, for them to run on its Python.
-TRIXIE = Release("trixie", GLANCE_PACKAGES + ("python3-pytest", "ceph-common"))
+TRIXIE = Release("trixie", (*GLANCE_PACKAGES, "python3-pytest", "ceph-common"))
 CACHE = pathlib.Path(os.environ.get("GLANCE_RBD_ROOTS", "/var/cache/glance-rbd-native/roots"))
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MOUNT = """\
@@ -103,7 +103,7 @@ class DebianRoot:
         of the process: tests rewrite its configuration, so two runs must not use it at once."""
         CACHE.mkdir(parents=True, exist_ok=True)
         final = CACHE / f"{release.suite}-{release.key()}"
-        lock = open(CACHE / f"{final.name}.lock", "w")  # noqa: SIM115 (held until close())
+        lock = open(CACHE / f"{final.name}.lock", "w")  # held until close()
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -272,7 +272,7 @@ def _check(argv) -> None:
 
 
 if __name__ == "__main__":
-    # python tests/harness/debian_root.py [bookworm|trixie]: builds (or finds) the cached root.
+    # python -m tests.harness.debian_root [bookworm|trixie]: builds (or finds) the cached root.
     suite = sys.argv[1] if len(sys.argv) > 1 else "bookworm"
     with contextlib.suppress(KeyboardInterrupt):
         built = DebianRoot.ensure({r.suite: r for r in (BOOKWORM, TRIXIE)}[suite])

@@ -21,10 +21,11 @@ import subprocess
 import sys
 import time
 
-from harness.cluster import free_port
+from tests.harness.cluster import free_port
 
 BIN = pathlib.Path(sys.executable).parent  # this virtualenv's glance, glance-manage, uwsgi
-TESTS = pathlib.Path(__file__).resolve().parents[1]  # on the server's path, for harness.*
+# The import root (the checkout), on the server's path: it loads tests.harness.* by name.
+CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 BACKEND = "ceph1"  # the default store of the multi-store configuration
 SECOND_BACKEND = "ceph2"  # its second rbd store, on pool SECOND_POOL, for copy-image
 SECOND_POOL = "images2"
@@ -96,7 +97,7 @@ class GlanceApi:
             cmd = [self.bin_dir / "uwsgi", "--ini", self._write_uwsgi_ini()]
         else:
             # As a systemd unit or kolla's container environment would set them.
-            env["PYTHONPATH"] = str(TESTS)
+            env["PYTHONPATH"] = str(CHECKOUT)
             if self.native:
                 env["GLANCE_RBD_NATIVE"] = "1"
             cmd = [self.bin_dir / "glance-api", "--config-file", conf]
@@ -183,7 +184,7 @@ class GlanceApi:
             "need-app = true",
             "wsgi = glance.wsgi.api:application",
             f"env = OS_GLANCE_CONFIG_DIR={self.root / 'etc'}",
-            f"pythonpath = {TESTS}",
+            f"pythonpath = {CHECKOUT}",
         ]
         if self.native:
             lines.append("env = GLANCE_RBD_NATIVE=1")
@@ -191,7 +192,7 @@ class GlanceApi:
             if self.lazy:
                 raise ValueError("preconnect needs the app loaded in the master (lazy=False)")
             # Imported in the master, before the app and the fork.
-            lines += ["import = harness.preconnect",
+            lines += ["import = tests.harness.preconnect",
                       f"env = GRN_PRECONNECT_CONF={self.ceph_conf}",
                       f"env = GRN_PRECONNECT_POOL={self.pool}"]
         ini.write_text("\n".join(lines) + "\n")
@@ -225,7 +226,7 @@ class GlanceApi:
         paste_ini = self.bin_dir.parent / "etc/glance/glance-api-paste.ini"
         paste = paste_ini.read_text().replace(
             "glance.api.middleware.context:UnauthenticatedContextMiddleware.factory",
-            "harness.glance_context:ProjectContextMiddleware.factory")
+            "tests.harness.glance_context:ProjectContextMiddleware.factory")
         (r / "etc/glance-api-paste.ini").write_text(paste)
         (r / "etc/glance-api.conf").write_text(f"""\
 [DEFAULT]

@@ -1,20 +1,15 @@
-"""Helpers shared by the tests, the demo and the benchmarks: glance stores on a cluster, data
-sources shaped like glance's, and reading images back through Debian's rbd module."""
-
-import hashlib
-import io
-import random
-import uuid
-
-import rados
-import rbd
-from oslo_config import cfg
+"""glance_store rbd stores on a cluster, and the pool read back through Debian's rbd module,
+independently of the code under test: shared by the tests, the demo and the benchmarks."""
 
 import glance_store
+import rados
+import rbd
 from glance_store import multi_backend
 from glance_store._drivers import rbd as rbd_driver
+from oslo_config import cfg
 
-MiB = 1 << 20
+from tests.harness.data import MiB
+
 SNAP = rbd_driver.DEFAULT_SNAPNAME
 
 
@@ -50,56 +45,6 @@ def make_store(cluster, *, chunk_mib=8, thin=False, backend=None, timeout=-1, po
     store = rbd_driver.Store(conf, backend=backend)
     store.configure()
     return store
-
-
-def new_name(prefix="img"):
-    return f"{prefix}-{uuid.uuid4()}"
-
-
-def data_of(size, seed=0):
-    return random.Random(seed).randbytes(size)
-
-
-def sparse_data(size, seed=0, block=4096):
-    """Random data in which about half of the blocks, in runs of varied length, are zero."""
-    rng = random.Random(seed)
-    out = bytearray(size)
-    pos = 0
-    while pos < size:
-        run = rng.randint(1, 8) * block + rng.choice((0, 0, rng.randrange(block)))
-        if rng.random() < 0.5:
-            out[pos:pos + run] = rng.randbytes(min(run, size - pos))
-        pos += run
-    return bytes(out[:size])
-
-
-class ShortReader:
-    """A file-like source whose reads return fewer bytes than asked, like a socket."""
-
-    def __init__(self, data, seed=0, max_read=None):
-        self._stream = io.BytesIO(data)
-        self._rng = random.Random(seed)
-        self._max = max_read
-
-    def read(self, size=-1):
-        limit = size if size > 0 else len(self._stream.getbuffer())
-        if self._max:
-            limit = min(limit, self._max)
-        return self._stream.read(self._rng.randint(1, max(1, limit)))
-
-
-def chunks_of(data, sizes):
-    """An iterator over `data` cut into pieces of the given sizes, cycling through them."""
-    pos, i = 0, 0
-    while pos < len(data):
-        step = sizes[i % len(sizes)]
-        yield data[pos:pos + step]
-        pos += step
-        i += 1
-
-
-def expected_result(data, algo="sha512"):
-    return len(data), hashlib.md5(data).hexdigest(), hashlib.new(algo, data).hexdigest()
 
 
 class Images:

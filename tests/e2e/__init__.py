@@ -1,0 +1,1 @@
+"""A real glance-api under uWSGI or eventlet, driven by real clients."""
