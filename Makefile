@@ -35,7 +35,7 @@ help: ## Show the targets
 
 deps: $(VENV)/.deps ## Install Debian's Ceph packages and the test virtualenv (once)
 
-$(VENV)/.deps: Makefile
+$(VENV)/.deps: Makefile pyproject.toml
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "installing:" $$missing; \
