@@ -106,7 +106,7 @@ def _open(store, pool, image, snapshot):
             user=options.rbd_store_user or None,
             connect_timeout=compat.connect_timeout(store),
             chunk_size=store.READ_CHUNKSIZE,
-            max_in_flight=settings.max_in_flight(),
+            max_in_flight=settings.max_in_flight(store.conf),
         )
     except ConnectError as exc:
         raise errors.unreachable(store, exc) from exc

@@ -18,7 +18,7 @@ def patch(force=False):
     from glance_store import capabilities, driver as store_driver
     from glance_store._drivers import rbd
 
-    from glance_rbd_native import compat, download, settings, upload
+    from glance_rbd_native import compat, download, upload
 
     if is_patched():
         return True
@@ -39,9 +39,10 @@ def patch(force=False):
     setattr(rbd.Store, _ORIGINALS, {name: rbd.Store.__dict__[name] for name in native})
     for name, method in native.items():
         setattr(rbd.Store, name, method)
-    LOG.info("glance-rbd-native: the native RBD writer is active for glance_store %s "
-             "(%d MiB in flight per upload and per download), and the native reader", version,
-             settings.max_in_flight() >> 20)
+    # The in-flight bound is logged at the first transfer (settings.py): glance may not have
+    # read its configuration yet.
+    LOG.info("glance-rbd-native: the native RBD writer is active for glance_store %s, and the "
+             "native reader", version)
     return True
 
 

@@ -1,7 +1,10 @@
-"""The settings of the native driver, read from glance-api's environment."""
+"""The settings of the native driver: the ``[glance_rbd_native]`` section of glance-api's
+configuration, and the environment variable that overrides it."""
 
 import logging
 import os
+
+from oslo_config import cfg
 
 from glance_rbd_native._native import DEFAULT_MAX_IN_FLIGHT
 
@@ -9,19 +12,84 @@ LOG = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_ENV = "GLANCE_RBD_NATIVE_MAX_IN_FLIGHT_MIB"
 
+GROUP = cfg.OptGroup(
+    "glance_rbd_native",
+    title="glance-rbd-native",
+    help="The native RBD writer and reader of glance-rbd-native. The switch that turns them on, "
+         "GLANCE_RBD_NATIVE=1, is an environment variable only: it acts when glance_store's rbd "
+         "driver is imported, before glance reads this file.",
+)
 
-def max_in_flight():
-    """Bytes allowed in flight per upload and per download: the environment's MiB setting, or
-    the default."""
+OPTS = [
+    cfg.IntOpt(
+        "max_in_flight_mib",
+        default=DEFAULT_MAX_IN_FLIGHT >> 20,
+        min=1,
+        help="MiB per upload in flight to the cluster and held for hashing, and per download "
+             "read ahead of the consumer: the memory bound of each transfer. The environment "
+             f"variable {MAX_IN_FLIGHT_ENV}, when set, overrides it.",
+    ),
+]
+
+OPTION = f"[{GROUP.name}] max_in_flight_mib"
+
+# The bound last logged, with where it came from: logged again only when it changes.
+_logged = None
+
+
+def list_opts():
+    """The options, for oslo-config-generator (the ``oslo.config.opts`` entry point)."""
+    return [(GROUP, OPTS)]
+
+
+def register_opts(conf):
+    """Registers the section on ``conf``. Safe to call again."""
+    conf.register_group(GROUP)
+    conf.register_opts(OPTS, group=GROUP)
+
+
+def max_in_flight(conf=None):
+    """Bytes allowed in flight per upload and per download: the environment's MiB setting, else
+    ``max_in_flight_mib`` of ``conf`` (glance's configuration; None: the option's default)."""
     value = os.environ.get(MAX_IN_FLIGHT_ENV, "").strip()
-    if not value:
-        return DEFAULT_MAX_IN_FLIGHT
-    try:
-        mib = int(value)
-    except ValueError:
-        mib = 0
-    if mib < 1:
-        LOG.warning("%s=%r is not a positive integer; using the default of %d MiB",
-                    MAX_IN_FLIGHT_ENV, value, DEFAULT_MAX_IN_FLIGHT >> 20)
-        return DEFAULT_MAX_IN_FLIGHT
+    if value:
+        try:
+            mib = int(value)
+        except ValueError:
+            mib = 0
+        if mib >= 1:
+            _log_bound(mib, MAX_IN_FLIGHT_ENV)
+            return mib << 20
+        mib = _from_conf(conf)
+        LOG.warning("%s=%r is not a positive integer; using %s, %d MiB", MAX_IN_FLIGHT_ENV,
+                    value, OPTION, mib)
+    else:
+        mib = _from_conf(conf)
+    _log_bound(mib, OPTION)
     return mib << 20
+
+
+def _from_conf(conf):
+    """``max_in_flight_mib`` of ``conf``, registering the section on it first. Read per call, so
+    that a configuration parsed after the patch is honoured."""
+    if conf is None:
+        return DEFAULT_MAX_IN_FLIGHT >> 20
+    # Registered once per ConfigOpts: registering again would clear its cache of values.
+    if GROUP.name not in conf or "max_in_flight_mib" not in conf[GROUP.name]:
+        register_opts(conf)
+    try:
+        return conf[GROUP.name].max_in_flight_mib
+    except ValueError as exc:  # not an integer, or below the minimum, in the file
+        LOG.warning("%s: %s; using the default, %d MiB", OPTION, exc,
+                    DEFAULT_MAX_IN_FLIGHT >> 20)
+        return DEFAULT_MAX_IN_FLIGHT >> 20
+
+
+def _log_bound(mib, source):
+    """Logs the bound the transfers get, at the first and whenever it changes: at patch time
+    glance may not have read its configuration yet."""
+    global _logged
+    if _logged != (mib, source):
+        _logged = (mib, source)
+        LOG.info("glance-rbd-native: %d MiB in flight per upload and read ahead per download "
+                 "(%s)", mib, source)

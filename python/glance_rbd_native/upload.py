@@ -110,7 +110,7 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
             thin_provisioning=bool(store.thin_provisioning),
             snapshot=stock.DEFAULT_SNAPNAME,
             connect_timeout=compat.connect_timeout(store),
-            max_in_flight=settings.max_in_flight(),
+            max_in_flight=settings.max_in_flight(store.conf),
             digests=digests,
         )
     except ImageExists as exc:

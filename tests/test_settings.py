@@ -1,0 +1,162 @@
+"""The [glance_rbd_native] section of glance-api's configuration and the environment variable
+that overrides it: the bound each transfer gets, what reaches the writer and the reader, the
+log line that says it, and what oslo-config-generator lists."""
+
+import io
+import logging
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from glance_store import location
+from glance_store._drivers import rbd as rbd_driver
+from oslo_config import cfg
+
+import glance_rbd_native
+from glance_rbd_native import download, settings, upload
+from tests.harness.data import MiB, data_of, new_name
+from tests.harness.stores import SNAP, make_store
+
+DEFAULT = glance_rbd_native.DEFAULT_MAX_IN_FLIGHT
+ENV = settings.MAX_IN_FLIGHT_ENV
+
+
+@pytest.fixture(autouse=True)
+def _no_environment(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    # Each test sees the bound logged afresh.
+    monkeypatch.setattr(settings, "_logged", None)
+
+
+def glance_conf(tmp_path, section="[glance_rbd_native]\nmax_in_flight_mib = 16\n", conf=None):
+    """`conf` (a new ConfigOpts if None) parsed from a glance-api.conf holding `section`."""
+    path = tmp_path / "glance-api.conf"
+    path.write_text("[DEFAULT]\ndebug = false\n" + section)
+    conf = conf or cfg.ConfigOpts()
+    conf(args=[], default_config_files=[str(path)])
+    return conf
+
+
+def test_default_without_the_section(tmp_path):
+    assert settings.max_in_flight() == DEFAULT
+    assert settings.max_in_flight(glance_conf(tmp_path, section="")) == DEFAULT
+    assert settings.OPTS[0].default << 20 == DEFAULT
+
+
+def test_option_from_the_file(tmp_path):
+    conf = glance_conf(tmp_path)
+    assert settings.max_in_flight(conf) == 16 * MiB
+    # Registering again, as glance or another store may, changes nothing.
+    settings.register_opts(conf)
+    assert settings.max_in_flight(conf) == 16 * MiB
+    assert conf.glance_rbd_native.max_in_flight_mib == 16
+
+
+def test_environment_overrides_the_file(tmp_path, monkeypatch):
+    conf = glance_conf(tmp_path)
+    monkeypatch.setenv(ENV, " 8 ")
+    assert settings.max_in_flight(conf) == 8 * MiB
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "-3", "1.5"])
+def test_invalid_environment_falls_back_to_the_file(tmp_path, monkeypatch, caplog, value):
+    conf = glance_conf(tmp_path)
+    monkeypatch.setenv(ENV, value)
+    with caplog.at_level(logging.WARNING, logger="glance_rbd_native"):
+        assert settings.max_in_flight(conf) == 16 * MiB
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage() == (f"{ENV}={value!r} is not a positive integer; using "
+                                    "[glance_rbd_native] max_in_flight_mib, 16 MiB")
+
+
+@pytest.mark.parametrize("value", ["0", "many"])
+def test_invalid_file_value_falls_back_to_the_default(tmp_path, caplog, value):
+    conf = glance_conf(tmp_path, section=f"[glance_rbd_native]\nmax_in_flight_mib = {value}\n")
+    with caplog.at_level(logging.WARNING, logger="glance_rbd_native"):
+        assert settings.max_in_flight(conf) == DEFAULT
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage().startswith("[glance_rbd_native] max_in_flight_mib: ")
+    assert warning.getMessage().endswith(f"; using the default, {DEFAULT >> 20} MiB")
+
+
+def test_the_bound_is_logged_at_the_first_transfer_and_when_it_changes(tmp_path, monkeypatch,
+                                                                        caplog):
+    conf = glance_conf(tmp_path)
+    with caplog.at_level(logging.INFO, logger="glance_rbd_native"):
+        glance_rbd_native.patch()
+        for _ in range(3):
+            settings.max_in_flight(conf)
+        monkeypatch.setenv(ENV, "8")
+        settings.max_in_flight(conf)
+        settings.max_in_flight(conf)
+    messages = [r.getMessage() for r in caplog.records]
+    # At patch time glance may not have read its configuration: that line names no bound.
+    active = [m for m in messages if "native RBD writer is active for glance_store" in m]
+    assert len(active) == 1 and "MiB" not in active[0]
+    assert [m for m in messages if "MiB in flight" in m] == [
+        "glance-rbd-native: 16 MiB in flight per upload and read ahead per download "
+        "([glance_rbd_native] max_in_flight_mib)",
+        f"glance-rbd-native: 8 MiB in flight per upload and read ahead per download ({ENV})",
+    ]
+
+
+def recording(monkeypatch, module, name):
+    """Replaces `module.name` (RbdWriter or RbdReader) by a wrapper that records the keyword
+    arguments of each one made."""
+    made = []
+    cls = getattr(module, name)
+
+    def make(*args, **kwargs):
+        made.append(kwargs)
+        return cls(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, make)
+    return made
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("env,expected", [(None, 16), ("8", 8), ("lots", 16)])
+def test_the_bound_reaches_the_writer_and_the_reader(cluster, clean_pool, tmp_path,
+                                                     monkeypatch, env, expected):
+    """glance's configuration parsed after the patch, as when the switch patches on import of
+    the driver: each upload and download reads it."""
+    if env is not None:
+        monkeypatch.setenv(ENV, env)
+    writers = recording(monkeypatch, upload, "RbdWriter")
+    readers = recording(monkeypatch, download, "RbdReader")
+    assert glance_rbd_native.patch()
+    store = make_store(cluster, chunk_mib=1)
+    glance_conf(tmp_path, conf=store.conf)
+    data = data_of(3 * MiB, seed=expected)
+    name = new_name("settings")
+    try:
+        store.add(name, io.BytesIO(data), len(data), "sha256")
+        uri = f"rbd://{cluster.fsid}/{cluster.pool}/{name}/{SNAP}"
+        loc = location.Location("rbd", rbd_driver.StoreLocation, store.conf, uri=uri)
+        chunks, size = store.get(loc)
+        assert size == len(data) and b"".join(chunks) == data
+    finally:
+        clean_pool.remove(name)
+    assert [w["max_in_flight"] for w in writers] == [expected * MiB]
+    assert [r["max_in_flight"] for r in readers] == [expected * MiB]
+
+
+def test_config_generator_lists_the_section():
+    [entry] = [e for e in metadata.entry_points(group="oslo.config.opts")
+               if e.name == "glance_rbd_native"]
+    assert entry.load() is settings.list_opts
+    generator = Path(sys.executable).parent / "oslo-config-generator"
+    out = subprocess.run([str(generator), "--namespace", "glance_rbd_native"], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    lines = out.splitlines()
+    section = lines[lines.index("[glance_rbd_native]"):]
+    assert "#max_in_flight_mib = 64" in section
+    assert "# Minimum value: 1" in section
+    # Help text is wrapped: compare it unwrapped.
+    text = " ".join(line.lstrip("# ") for line in section if line.startswith("#"))
+    assert settings.GROUP.help in text
+    assert settings.OPTS[0].help in text
+    assert "GLANCE_RBD_NATIVE=1, is an environment variable only" in text
+    assert f"The environment variable {ENV}, when set, overrides it." in text
