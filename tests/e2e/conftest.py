@@ -17,6 +17,9 @@ SERVERS = {
     "native-multistore": dict(native=True, multistore=True),
     "stock": dict(native=False),
 }
+# In every server's glance-api.conf (stock ignores the section): not the default, so that the
+# native servers' logs show the file was read.
+MAX_IN_FLIGHT_MIB = 48
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +82,7 @@ def new_glance_api(cluster, mariadb, tmp_path_factory, second_pool, web_source):
         root = tmp_path_factory.mktemp(f"glance-{name}")
         database = mariadb.create_database(root.name.replace("-", "_"))
         return GlanceApi(root, cluster.conf_path, database, import_port=web_source.port,
-                         **config)
+                         max_in_flight_mib=MAX_IN_FLIGHT_MIB, **config)
     return new
 
 

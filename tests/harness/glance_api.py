@@ -58,7 +58,8 @@ class GlanceApi:
     def __init__(self, root: pathlib.Path, ceph_conf: pathlib.Path, database: str, *, native: bool,
                  multistore=False, pool="images", timeout: int | None = None, lazy=True,
                  preconnect=False, processes=2, threads=2, import_port: int | None = None,
-                 server="uwsgi", bin_dir: pathlib.Path = BIN):
+                 server="uwsgi", bin_dir: pathlib.Path = BIN,
+                 max_in_flight_mib: int | None = None):
         if server not in ("uwsgi", "eventlet"):
             raise ValueError(f"unknown server {server!r}")
         self.root = pathlib.Path(root).resolve()
@@ -68,6 +69,8 @@ class GlanceApi:
         self.multistore = multistore
         self.pool = pool
         self.timeout = timeout
+        # [glance_rbd_native] max_in_flight_mib in glance-api.conf; None leaves the section out.
+        self.max_in_flight_mib = max_in_flight_mib
         self.lazy = lazy
         self.preconnect = preconnect
         self.processes = processes
@@ -222,6 +225,9 @@ class GlanceApi:
         imports = "[import_filtering_opts]\n"
         if self.import_port:
             imports += f"allowed_hosts = [127.0.0.1]\nallowed_ports = [{self.import_port}]\n"
+        native = ""
+        if self.max_in_flight_mib is not None:
+            native = f"[glance_rbd_native]\nmax_in_flight_mib = {self.max_in_flight_mib}\n"
         (r / "etc/policy.yaml").write_text('"context_is_admin": "@"\n')
         paste_ini = self.bin_dir.parent / "etc/glance/glance-api-paste.ini"
         paste = paste_ini.read_text().replace(
@@ -239,6 +245,7 @@ node_staging_uri = file://{r}/staging
 enabled_import_methods = [glance-direct, web-download, copy-image]
 {stores}
 {imports}
+{native}
 [database]
 connection = {self.database}
 
