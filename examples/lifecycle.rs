@@ -22,7 +22,7 @@ fn options(pool: &str, image: &str, size: u64) -> UploadOptions {
         size,
         order: 20,
         thin: true,
-        max_in_flight: 3 << 20,
+        max_in_flight: Some(3 << 20),
         snapshot: Some("snap".into()),
         digests: vec!["md5".into(), "sha512".into()],
     }
@@ -61,7 +61,7 @@ fn read_options(pool: &str, image: &str, snapshot: Option<&str>) -> DownloadOpti
         snapshot: snapshot.map(str::to_owned),
         // Not a divisor of the image size: the last chunk is short.
         chunk_size: (1 << 20) + 12345,
-        max_in_flight: 3 << 20,
+        max_in_flight: Some(3 << 20),
     }
 }
 

@@ -21,7 +21,7 @@ pub use transfer::upload::{Summary, Upload, UploadOptions};
 
 use pyo3::prelude::*;
 
-use bindings::{exceptions, logbridge, reader, writer};
+use bindings::{exceptions, logbridge, process, reader, writer};
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -31,10 +31,11 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<reader::RbdReader>()?;
     module.add_function(wrap_pyfunction!(writer::connection_count, module)?)?;
     module.add_function(wrap_pyfunction!(writer::native_digests, module)?)?;
-    module.add(
-        "DEFAULT_MAX_IN_FLIGHT",
-        transfer::upload::DEFAULT_MAX_IN_FLIGHT,
-    )?;
+    module.add_function(wrap_pyfunction!(process::set_max_in_flight, module)?)?;
+    module.add_function(wrap_pyfunction!(process::in_flight, module)?)?;
+    module.add_function(wrap_pyfunction!(logbridge::queue_logs_here, module)?)?;
+    module.add_function(wrap_pyfunction!(logbridge::flush_logs, module)?)?;
+    module.add("DEFAULT_MAX_IN_FLIGHT", transfer::shares::DEFAULT_BOUND)?;
     module.add("ZERO_BLOCK", transfer::zeros::BLOCK)?;
     exceptions::register(module)?;
     Ok(())

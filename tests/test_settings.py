@@ -96,9 +96,10 @@ def test_the_bound_is_logged_at_the_first_transfer_and_when_it_changes(tmp_path,
     active = [m for m in messages if "native RBD writer is active for glance_store" in m]
     assert len(active) == 1 and "MiB" not in active[0]
     assert [m for m in messages if "MiB in flight" in m] == [
-        "glance-rbd-native: 16 MiB in flight per upload and read ahead per download "
-        "([glance_rbd_native] max_in_flight_mib)",
-        f"glance-rbd-native: 8 MiB in flight per upload and read ahead per download ({ENV})",
+        "glance-rbd-native: 16 MiB in flight, shared by all uploads and downloads of this "
+        "process ([glance_rbd_native] max_in_flight_mib)",
+        f"glance-rbd-native: 8 MiB in flight, shared by all uploads and downloads of this "
+        f"process ({ENV})",
     ]
 
 
@@ -118,15 +119,17 @@ def recording(monkeypatch, module, name):
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("env,expected", [(None, 16), ("8", 8), ("lots", 16)])
-def test_the_bound_reaches_the_writer_and_the_reader(cluster, clean_pool, tmp_path,
-                                                     monkeypatch, env, expected):
+def test_the_bound_reaches_the_process_at_each_transfer(cluster, clean_pool, tmp_path,
+                                                        monkeypatch, env, expected):
     """glance's configuration parsed after the patch, as when the switch patches on import of
-    the driver: each upload and download reads it."""
+    the driver: each upload and download reads it, and sets the process's bound; the writer
+    and the reader get no bound of their own."""
     if env is not None:
         monkeypatch.setenv(ENV, env)
     writers = recording(monkeypatch, upload, "RbdWriter")
     readers = recording(monkeypatch, download, "RbdReader")
     assert glance_rbd_native.patch()
+    glance_rbd_native.set_max_in_flight(3 * MiB)
     store = make_store(cluster, chunk_mib=1)
     glance_conf(tmp_path, conf=store.conf)
     data = data_of(3 * MiB, seed=expected)
@@ -135,12 +138,16 @@ def test_the_bound_reaches_the_writer_and_the_reader(cluster, clean_pool, tmp_pa
         store.add(name, io.BytesIO(data), len(data), "sha256")
         uri = f"rbd://{cluster.fsid}/{cluster.pool}/{name}/{SNAP}"
         loc = location.Location("rbd", rbd_driver.StoreLocation, store.conf, uri=uri)
+        assert glance_rbd_native.in_flight()["bound"] == expected * MiB
+        glance_rbd_native.set_max_in_flight(3 * MiB)
         chunks, size = store.get(loc)
         assert size == len(data) and b"".join(chunks) == data
+        assert glance_rbd_native.in_flight()["bound"] == expected * MiB
     finally:
         clean_pool.remove(name)
-    assert [w["max_in_flight"] for w in writers] == [expected * MiB]
-    assert [r["max_in_flight"] for r in readers] == [expected * MiB]
+        glance_rbd_native.set_max_in_flight(DEFAULT)
+    assert len(writers) == len(readers) == 1
+    assert "max_in_flight" not in writers[0] and "max_in_flight" not in readers[0]
 
 
 def test_config_generator_lists_the_section():

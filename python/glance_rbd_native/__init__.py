@@ -30,7 +30,9 @@ if TYPE_CHECKING:
         RbdReader,
         RbdWriter,
         connection_count,
+        in_flight,
         native_digests,
+        set_max_in_flight,
     )
 
 _NATIVE = (
@@ -46,7 +48,9 @@ _NATIVE = (
     "RbdReader",
     "RbdWriter",
     "connection_count",
+    "in_flight",
     "native_digests",
+    "set_max_in_flight",
 )
 
 __all__ = [*_NATIVE, "is_patched", "patch", "unpatch"]

@@ -35,7 +35,8 @@ _Data = Union[bytes, bytearray, memoryview, npt.NDArray[np.uint8]]
 
 @final
 class RbdWriter:
-    """Streams one image into an RBD pool with asynchronous writes, bounded in flight."""
+    """Streams one image into an RBD pool with asynchronous writes, bounded in flight by its
+    share of the process bound (`set_max_in_flight`), and by `max_in_flight` if given."""
 
     def __new__(
         cls,
@@ -49,7 +50,7 @@ class RbdWriter:
         thin_provisioning: bool = False,
         snapshot: Optional[str] = None,
         connect_timeout: Optional[int] = None,
-        max_in_flight: int = ...,
+        max_in_flight: Optional[int] = None,
         digests: Sequence[str] = ...,
     ) -> RbdWriter: ...
     def write(self, data: _Data) -> None:
@@ -92,7 +93,8 @@ class RbdWriter:
 @final
 class RbdReader:
     """Reads one image (or a snapshot of it) in order, chunk by chunk, with asynchronous reads
-    in flight ahead of the consumer up to a byte bound. Each chunk is a new `bytes`."""
+    in flight ahead of the consumer, bounded by its share of the process bound
+    (`set_max_in_flight`), and by `max_in_flight` if given. Each chunk is a new `bytes`."""
 
     def __new__(
         cls,
@@ -104,7 +106,7 @@ class RbdReader:
         user: Optional[str] = None,
         connect_timeout: Optional[int] = None,
         chunk_size: int = 8 << 20,
-        max_in_flight: int = ...,
+        max_in_flight: Optional[int] = None,
     ) -> RbdReader: ...
     def __iter__(self) -> RbdReader: ...
     def __next__(self) -> bytes:
@@ -139,3 +141,16 @@ def native_digests() -> List[str]:
 
 def connection_count() -> int:
     """Cluster connections currently cached (one per conf file, user and timeout)."""
+
+def set_max_in_flight(bytes: int) -> None:
+    """Sets the bytes all uploads and downloads of the process may hold at once, shared evenly."""
+
+def in_flight() -> Dict[str, int]:
+    """{"bound": bytes, "transfers": running, "held": bytes in flight or being hashed}."""
+
+def _queue_logs_here() -> None:
+    """Makes the calling thread queue its records, as the module's own threads do: for threads of
+    eventlet's pool, which run native calls while logging's locks belong to the hub's thread."""
+
+def _flush_logs() -> None:
+    """Emits the records queued by background threads, from this (Python) thread."""

@@ -11,6 +11,7 @@ lets it go through, and serves zeros for the rest of the image).
 
 The iterable reads lazily, as stock's does. The iterator it gives can be closed, or dropped,
 mid-stream (a client that disconnects): the reads in flight are drained and the image closed.
+Every native call that waits goes through ``green.call``, so under eventlet the hub goes on.
 """
 
 import logging
@@ -18,7 +19,7 @@ import logging
 from glance_store import exceptions
 from glance_store.i18n import _
 
-from glance_rbd_native import compat, errors, settings
+from glance_rbd_native import compat, errors, green, settings
 from glance_rbd_native._native import ConnectError, NotFound, PoolNotFound, RbdReader
 
 LOG = logging.getLogger(__name__)
@@ -36,8 +37,9 @@ def get(self, location, offset=0, chunk_size=None, context=None):
 def get_size(self, location, context=None):
     """The size of the image at the location's snapshot; see glance_store's
     ``Store.get_size``."""
-    with _open_located(self, location.store_location) as reader:
-        return reader.size
+    reader = _open_located(self, location.store_location)
+    green.call(reader.close)
+    return reader.size
 
 
 class ImageChunks:
@@ -64,7 +66,7 @@ class ImageChunks:
 
     def close(self):
         if self._unread is not None:
-            self._unread.close()
+            green.call(self._unread.close)
         if self._chunks is not None:
             self._chunks.close()
 
@@ -75,10 +77,18 @@ def _chunks(open_reader, image):
     collector; as it is, a consumer that drops it (glance, when a client hangs up) closes the
     reader at once."""
     try:
-        with open_reader() as reader:
-            # Closing this generator closes the reader: `yield from` passes close() on, and
-            # leaving the block closes it again, harmlessly.
-            yield from reader
+        reader = open_reader()
+        try:
+            while True:
+                chunk = green.call(next, reader, None)
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            # Also when the consumer closes or drops this generator mid-stream, maybe in a
+            # finalizer, where the hub cannot be switched to: called directly, it waits only
+            # for the reads in flight (a no-op after the last chunk).
+            reader.close()
     except NotFound as exc:
         # Missing from the start, or deleted while being read.
         raise exceptions.NotFound(_('RBD image %s does not exist') % image) from exc
@@ -98,15 +108,16 @@ def _open(store, pool, image, snapshot):
     """An ``RbdReader`` on the image, with the stock driver's exceptions for a cluster it
     cannot reach and (better than stock's raw rados error) for a missing pool."""
     options = compat.store_options(store)
+    settings.apply(store.conf)
     try:
-        return RbdReader(
+        return green.call(
+            RbdReader,
             pool, image,
             snapshot=snapshot or None,
             conffile=store.conf_file or None,
             user=options.rbd_store_user or None,
             connect_timeout=compat.connect_timeout(store),
             chunk_size=store.READ_CHUNKSIZE,
-            max_in_flight=settings.max_in_flight(store.conf),
         )
     except ConnectError as exc:
         raise errors.unreachable(store, exc) from exc

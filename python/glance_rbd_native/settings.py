@@ -6,7 +6,7 @@ import os
 
 from oslo_config import cfg
 
-from glance_rbd_native._native import DEFAULT_MAX_IN_FLIGHT
+from glance_rbd_native._native import DEFAULT_MAX_IN_FLIGHT, set_max_in_flight
 
 LOG = logging.getLogger(__name__)
 
@@ -25,9 +25,11 @@ OPTS = [
         "max_in_flight_mib",
         default=DEFAULT_MAX_IN_FLIGHT >> 20,
         min=1,
-        help="MiB per upload in flight to the cluster and held for hashing, and per download "
-             "read ahead of the consumer: the memory bound of each transfer. The environment "
-             f"variable {MAX_IN_FLIGHT_ENV}, when set, overrides it.",
+        help="MiB that all uploads and downloads of one glance-api process may hold at once: "
+             "writes in flight to the cluster and chunks held for hashing, reads ahead of the "
+             "consumer. Shared evenly by the transfers running; each always has at least one "
+             "chunk in flight. The environment variable "
+             f"{MAX_IN_FLIGHT_ENV}, when set, overrides it.",
     ),
 ]
 
@@ -48,8 +50,14 @@ def register_opts(conf):
     conf.register_opts(OPTS, group=GROUP)
 
 
+def apply(conf=None):
+    """Sets the process's in-flight bound from the settings; called at every transfer, so that
+    a configuration parsed (or reloaded) after the patch is honoured."""
+    set_max_in_flight(max_in_flight(conf))
+
+
 def max_in_flight(conf=None):
-    """Bytes allowed in flight per upload and per download: the environment's MiB setting, else
+    """Bytes the transfers of the process may hold at once: the environment's MiB setting, else
     ``max_in_flight_mib`` of ``conf`` (glance's configuration; None: the option's default)."""
     value = os.environ.get(MAX_IN_FLIGHT_ENV, "").strip()
     if value:
@@ -91,5 +99,5 @@ def _log_bound(mib, source):
     global _logged
     if _logged != (mib, source):
         _logged = (mib, source)
-        LOG.info("glance-rbd-native: %d MiB in flight per upload and read ahead per download "
-                 "(%s)", mib, source)
+        LOG.info("glance-rbd-native: %d MiB in flight, shared by all uploads and downloads of "
+                 "this process (%s)", mib, source)

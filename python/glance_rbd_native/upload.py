@@ -6,7 +6,8 @@ same snapshot. A declared size that the data does not match is refused with ``In
 release, as 5.2 and later do; 4.x would store the image zero-padded or fail with a raw librbd
 error. Unlike stock, all upload state is local to the call, so one Store serves any number of
 uploads, one after the other or at once. md5 and the multihash are computed by the writer on
-threads of their own; an algorithm it lacks falls back to hashlib.
+threads of their own; an algorithm it lacks falls back to hashlib. Every native call that
+waits goes through ``green.call``, so under eventlet the hub goes on meanwhile.
 """
 
 import logging
@@ -18,7 +19,7 @@ from glance_store._drivers import rbd as stock
 from glance_store.common import utils
 from glance_store.i18n import _LE, _
 
-from glance_rbd_native import compat, errors, settings
+from glance_rbd_native import compat, errors, green, settings
 from glance_rbd_native._native import (
     ConnectError,
     ImageExists,
@@ -50,7 +51,7 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
     writer = _open_writer(self, image_id, image_name, image_size, order, native)
     bytes_written = 0
     try:
-        with writer:
+        try:
             for chunk in utils.chunkreadable(image_file, self.WRITE_CHUNKSIZE):
                 bytes_written += len(chunk)
                 if image_size != 0 and bytes_written > image_size:
@@ -58,7 +59,7 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
                         _("Size exceeds: expected %(expected)d "
                           "bytes, got %(actual)d bytes") %
                         {'expected': image_size, 'actual': bytes_written})
-                writer.write(chunk)
+                green.call(writer.write, chunk)
                 for hasher in python_hashers:
                     hasher.update(chunk)
                 if verifier:
@@ -68,7 +69,10 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
                     "Size mismatch: expected %(expected)d "
                     "bytes, got %(actual)d bytes") % {
                     'expected': image_size, 'actual': bytes_written})
-            # Leaving the block finishes the writer: drain, trim, snapshot.
+        except BaseException:
+            green.call(writer.abort)  # removes what was written
+            raise
+        green.call(writer.finish)  # drain, trim, snapshot; aborts itself on failure
     except NoSpace as exc:
         raise errors.storage_full(image_name, exc) from exc
     except Exception as exc:
@@ -99,8 +103,10 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
 def _open_writer(store, image_id, image_name, image_size, order, digests):
     """Connects and creates the image, with the stock driver's exceptions for failures."""
     options = compat.store_options(store)
+    settings.apply(store.conf)
     try:
-        return RbdWriter(
+        return green.call(
+            RbdWriter,
             store.pool, image_name, image_size,
             conffile=store.conf_file or None,
             # The stock driver passes str(None) == 'None' as the user when the option is unset,
@@ -110,7 +116,6 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
             thin_provisioning=bool(store.thin_provisioning),
             snapshot=stock.DEFAULT_SNAPNAME,
             connect_timeout=compat.connect_timeout(store),
-            max_in_flight=settings.max_in_flight(store.conf),
             digests=digests,
         )
     except ImageExists as exc:

@@ -43,6 +43,19 @@ pub(crate) fn flush() {
     }
 }
 
+/// Makes the calling thread queue its records, as the module's own threads do: for threads of
+/// eventlet's pool, which run native calls while logging's locks belong to the hub's thread.
+#[pyfunction(name = "_queue_logs_here")]
+pub(crate) fn queue_logs_here() {
+    crate::transfer::background::mark_current();
+}
+
+/// Emits the records queued by background threads, from this (Python) thread.
+#[pyfunction(name = "_flush_logs")]
+pub(crate) fn flush_logs() {
+    flush();
+}
+
 struct Bridge {
     python: pyo3_log::Logger,
 }

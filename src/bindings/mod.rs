@@ -5,5 +5,6 @@ pub(crate) mod buffer;
 pub(crate) mod detach;
 pub(crate) mod exceptions;
 pub(crate) mod logbridge;
+pub(crate) mod process;
 pub(crate) mod reader;
 pub(crate) mod writer;

@@ -10,11 +10,10 @@ use std::sync::{Mutex, PoisonError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyType};
 
-use super::detach;
+use super::{detach, process};
 use crate::error::Error;
 use crate::rbd::cluster::{Cluster, ConnectOptions};
 use crate::transfer::download::{Destination, Download, DownloadOptions};
-use crate::transfer::upload::DEFAULT_MAX_IN_FLIGHT;
 
 /// glance_store's rbd chunk size, the stock driver's READ_CHUNKSIZE.
 const DEFAULT_CHUNK_SIZE: usize = 8 << 20;
@@ -67,7 +66,8 @@ unsafe impl Destination for NewBytes {
 }
 
 /// Reads one image (or a snapshot of it) in order, chunk by chunk, with asynchronous reads in
-/// flight ahead of the consumer up to a byte bound.
+/// flight ahead of the consumer, bounded by its share of the process bound
+/// (`set_max_in_flight`), and by `max_in_flight` if given.
 #[pyclass(frozen, module = "glance_rbd_native._native")]
 pub(crate) struct RbdReader {
     download: Mutex<Option<Download<NewBytes>>>,
@@ -82,7 +82,7 @@ impl RbdReader {
     #[new]
     #[pyo3(signature = (
         pool, image, *, snapshot = None, conffile = None, user = None, connect_timeout = None,
-        chunk_size = DEFAULT_CHUNK_SIZE, max_in_flight = DEFAULT_MAX_IN_FLIGHT,
+        chunk_size = DEFAULT_CHUNK_SIZE, max_in_flight = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -94,10 +94,13 @@ impl RbdReader {
         user: Option<String>,
         connect_timeout: Option<u32>,
         chunk_size: usize,
-        max_in_flight: usize,
+        max_in_flight: Option<usize>,
     ) -> PyResult<Self> {
         if image.is_empty() {
             return Err(Error::Usage("image name must not be empty".into()).into());
+        }
+        if max_in_flight == Some(0) {
+            return Err(Error::Usage("max_in_flight must be at least 1 byte".into()).into());
         }
         let connect = ConnectOptions::new(conffile, user, connect_timeout);
         let options = DownloadOptions {
@@ -166,6 +169,7 @@ impl RbdReader {
             download.map(|mut d| d.drain()).unwrap_or_default()
         });
         drop(unread); // attached: the unread objects go at once
+        process::transfer_ended(py);
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -264,6 +268,7 @@ impl Drop for RbdReader {
                     download.drain()
                 });
                 drop(unread);
+                process::transfer_ended(py);
             });
         }
     }

@@ -7,13 +7,14 @@ use std::sync::{Mutex, PoisonError};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-use super::{buffer, detach, logbridge};
+use super::{buffer, detach, logbridge, process};
 use crate::error::{Error, Result};
 use crate::rbd::cluster::{Cluster, ConnectOptions};
 use crate::transfer::digest;
-use crate::transfer::upload::{DEFAULT_MAX_IN_FLIGHT, Summary, Upload, UploadOptions};
+use crate::transfer::upload::{Summary, Upload, UploadOptions};
 
-/// Streams one image into an RBD pool with asynchronous writes, bounded in flight.
+/// Streams one image into an RBD pool with asynchronous writes, bounded in flight by its share
+/// of the process bound (`set_max_in_flight`), and by `max_in_flight` if given.
 #[pyclass(frozen, module = "glance_rbd_native._native")]
 pub(crate) struct RbdWriter {
     upload: Mutex<Upload>,
@@ -29,7 +30,7 @@ impl RbdWriter {
     #[pyo3(signature = (
         pool, image, size = 0, *, conffile = None, user = None, order = 23,
         thin_provisioning = false, snapshot = None, connect_timeout = None,
-        max_in_flight = DEFAULT_MAX_IN_FLIGHT, digests = Vec::new(),
+        max_in_flight = None, digests = Vec::new(),
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -43,14 +44,14 @@ impl RbdWriter {
         thin_provisioning: bool,
         snapshot: Option<String>,
         connect_timeout: Option<u32>,
-        max_in_flight: usize,
+        max_in_flight: Option<usize>,
         digests: Vec<String>,
     ) -> PyResult<Self> {
         logbridge::flush();
         if image.is_empty() {
             return Err(Error::Usage("image name must not be empty".into()).into());
         }
-        if max_in_flight == 0 {
+        if max_in_flight == Some(0) {
             return Err(Error::Usage("max_in_flight must be at least 1 byte".into()).into());
         }
         let connect = ConnectOptions::new(conffile, user, connect_timeout);
@@ -85,14 +86,17 @@ impl RbdWriter {
 
     /// Waits for all writes, trims, snapshots; returns the bytes written.
     fn finish(&self, py: Python<'_>) -> PyResult<u64> {
-        self.run(py, |upload, poll| upload.finish(poll))
-            .map(|summary: Summary| summary.bytes_written)
+        let summary = self.run(py, |upload, poll| upload.finish(poll));
+        process::transfer_ended(py);
+        summary.map(|summary: Summary| summary.bytes_written)
     }
 
     /// Drains the writes in flight and removes the snapshot and image. Safe to call twice; a
     /// signal (Ctrl-C) interrupts the wait, and calling abort again resumes it.
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
-        self.run(py, |upload, poll| upload.abort(poll))
+        let aborted = self.run(py, |upload, poll| upload.abort(poll));
+        process::transfer_ended(py);
+        aborted
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -1,5 +1,6 @@
 //! Threads the native layer starts itself, marked as such: the log bridge never calls into
-//! Python from them (under eventlet, taking a green lock there can hang the hub).
+//! Python from them (under eventlet, taking a green lock there can hang the hub). Threads of
+//! eventlet's pool that run native calls for the hub are marked too (`mark_current`).
 
 use std::cell::Cell;
 use std::io;
@@ -20,7 +21,13 @@ pub(crate) fn spawn<T: Send + 'static>(
     })
 }
 
-/// Whether the calling thread was started by `spawn`, not by Python.
+/// Marks the calling thread as background: one that runs native calls for another, whose
+/// records that one emits later.
+pub(crate) fn mark_current() {
+    BACKGROUND.with(|background| background.set(true));
+}
+
+/// Whether the calling thread was started by `spawn`, or marked by `mark_current`.
 pub(crate) fn is_background_thread() -> bool {
     BACKGROUND.with(Cell::get)
 }

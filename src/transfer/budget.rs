@@ -1,16 +1,18 @@
 //! The memory bound of an upload: bytes of chunks still held by writes in flight or by digests
-//! not yet computed. A chunk counts until the last of its users lets go of it.
+//! not yet computed, within the upload's share of the process bound (`shares`). A chunk counts
+//! until the last of its users lets go of it.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use super::in_flight::Buffer;
+use super::shares::Share;
 use crate::error::Result;
 use crate::rbd::completion::{Poll, wait_until};
 
 pub(crate) struct Budget {
     held: Mutex<usize>,
     released: Condvar,
-    limit: usize,
+    share: Share,
 }
 
 /// A chunk counted against a budget until it is dropped.
@@ -32,23 +34,27 @@ impl Drop for Tracked {
             .held
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        *held -= (*self.buffer).as_ref().len();
+        let len = (*self.buffer).as_ref().len();
+        *held -= len;
+        self.budget.share.sub(len);
         self.budget.released.notify_all();
     }
 }
 
 impl Budget {
-    pub(crate) fn new(limit: usize) -> Arc<Budget> {
+    pub(crate) fn new(share: Share) -> Arc<Budget> {
         Arc::new(Budget {
             held: Mutex::new(0),
             released: Condvar::new(),
-            limit: limit.max(1),
+            share,
         })
     }
 
     /// Counts `buffer` until every clone of the returned handle is dropped.
     pub(crate) fn track(self: &Arc<Self>, buffer: Buffer) -> Buffer {
-        *self.held.lock().unwrap_or_else(PoisonError::into_inner) += (*buffer).as_ref().len();
+        let len = (*buffer).as_ref().len();
+        *self.held.lock().unwrap_or_else(PoisonError::into_inner) += len;
+        self.share.add(len);
         Arc::new(Tracked {
             buffer,
             budget: Arc::clone(self),
@@ -59,29 +65,41 @@ impl Budget {
         *self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The bytes the upload may hold now: its share of the process bound.
+    pub(crate) fn limit(&self) -> usize {
+        self.share.limit()
+    }
+
     /// Whether `len` more bytes fit. A chunk larger than the limit fits once nothing is held.
     pub(crate) fn fits(&self, len: usize) -> bool {
-        fits(self.held(), len, self.limit)
+        self.share.fits(self.held(), len)
     }
 
     /// Waits until `len` more bytes fit, while only other threads can release (digests).
     pub(crate) fn wait_until_fits(&self, len: usize, poll: Poll) -> Result<()> {
-        let fitting = |held: &usize| fits(*held, len, self.limit);
+        let fitting = |held: &usize| self.share.fits(*held, len);
         wait_until(&self.held, &self.released, fitting, poll).map(drop)
     }
-}
 
-fn fits(held: usize, len: usize, limit: usize) -> bool {
-    held == 0 || held + len <= limit
+    /// The upload ended: its share goes back to the other transfers of the process.
+    pub(crate) fn leave(&self) {
+        self.share.leave();
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transfer::shares::Process;
+
+    fn budget(limit: usize) -> Arc<Budget> {
+        let process: &'static Process = Box::leak(Box::new(Process::new(limit)));
+        Budget::new(process.join(None))
+    }
 
     #[test]
     fn counts_until_the_last_clone_is_dropped() {
-        let budget = Budget::new(10);
+        let budget = budget(10);
         let chunk = budget.track(Arc::new(vec![1u8; 6]));
         let clone = Arc::clone(&chunk);
         assert_eq!(budget.held(), 6);
@@ -95,7 +113,7 @@ mod tests {
 
     #[test]
     fn oversized_chunk_fits_an_empty_budget() {
-        let budget = Budget::new(10);
+        let budget = budget(10);
         assert!(budget.fits(100));
         let _held = budget.track(Arc::new(vec![0u8; 1]));
         assert!(!budget.fits(100));
@@ -103,7 +121,7 @@ mod tests {
 
     #[test]
     fn wait_returns_when_another_thread_releases() {
-        let budget = Budget::new(10);
+        let budget = budget(10);
         let chunk = budget.track(Arc::new(vec![0u8; 8]));
         let releaser = std::thread::spawn(move || drop(chunk));
         budget.wait_until_fits(8, &mut || Ok(())).unwrap();

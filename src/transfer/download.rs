@@ -1,6 +1,6 @@
-//! Reading one image in order, chunk by chunk, with reads in flight ahead of the consumer up
-//! to a byte bound: the consumer takes each chunk as soon as it has arrived, while the next
-//! ones are already on their way.
+//! Reading one image in order, chunk by chunk, with reads in flight ahead of the consumer within
+//! the download's share of the process bound (`shares`): the consumer takes each chunk as soon
+//! as it has arrived, while the next ones are already on their way.
 //!
 //! Where each chunk lands is the caller's choice (`Destination`): the Python reader hands
 //! librbd the storage of a fresh `bytes` object, so a chunk is never copied.
@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::shares::{PROCESS, Share};
 use crate::error::{Error, Op, Result, check};
 use crate::rbd::cluster::Cluster;
 use crate::rbd::completion::{Completion, Poll};
@@ -32,8 +33,9 @@ pub struct DownloadOptions {
     pub image: String,
     pub snapshot: Option<String>,
     pub chunk_size: usize,
-    /// Bytes in flight ahead of the consumer; at least one chunk is, whatever the bound.
-    pub max_in_flight: usize,
+    /// This download's own bound on the bytes in flight ahead of the consumer, besides its
+    /// share of the process bound; None: the share alone. One chunk always is in flight.
+    pub max_in_flight: Option<usize>,
 }
 
 /// Fields drop in order: the completion waits for the read before its destination goes.
@@ -48,7 +50,7 @@ pub struct Download<D: Destination> {
     image: Image,
     size: u64,
     chunk_size: usize,
-    limit: usize,
+    share: Share,
     /// Where the next read starts.
     next: u64,
     /// Bytes handed to the consumer.
@@ -70,7 +72,7 @@ impl<D: Destination> Download<D> {
             image,
             size,
             chunk_size: options.chunk_size,
-            limit: options.max_in_flight.max(1),
+            share: PROCESS.join(options.max_in_flight),
             next: 0,
             delivered: 0,
             queue: VecDeque::new(),
@@ -94,7 +96,7 @@ impl<D: Destination> Download<D> {
             self.size,
             self.chunk_size,
             self.in_flight,
-            self.limit,
+            self.share.limit(),
         )
     }
 
@@ -129,18 +131,21 @@ impl<D: Destination> Download<D> {
         });
         self.next += len as u64;
         self.in_flight += len;
+        self.share.add(len);
         Ok(())
     }
 
     /// The next chunk, in order, once it has arrived; None at the end of the image.
     pub fn next_chunk(&mut self, poll: Poll) -> Result<Option<D>> {
         let Some(oldest) = self.queue.front() else {
+            self.share.leave();
             return Ok(None);
         };
         let ret = oldest.completion.wait(poll)?;
         let pending = self.queue.pop_front().expect("front exists");
         let len = pending.destination.size();
         self.in_flight -= len;
+        self.share.sub(len);
         let read = check(ret as i64, Op::Read, self.image.target())?;
         if read != len as i64 {
             // The image shrank under the reader: what was asked for is not there any more.
@@ -158,6 +163,8 @@ impl<D: Destination> Download<D> {
     /// Waits for the reads still in flight and gives their destinations back, unread: for a
     /// consumer that stops early. The image closes when the Download is dropped.
     pub(crate) fn drain(&mut self) -> Vec<D> {
+        self.share.sub(self.in_flight);
+        self.share.leave();
         self.in_flight = 0;
         self.next = self.size;
         self.queue

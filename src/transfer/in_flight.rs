@@ -25,15 +25,13 @@ struct Pending {
 pub(crate) struct InFlight {
     queue: VecDeque<Pending>,
     bytes: usize,
-    limit: usize,
 }
 
 impl InFlight {
-    pub(crate) fn new(limit: usize) -> Self {
+    pub(crate) fn new() -> Self {
         InFlight {
             queue: VecDeque::new(),
             bytes: 0,
-            limit: limit.max(1),
         }
     }
 
@@ -52,18 +50,19 @@ impl InFlight {
         Ok(())
     }
 
-    /// Starts writing `buffer[range]` at `offset`, first waiting until it fits under the bound.
-    /// A write larger than the bound is sent alone, with nothing else in flight.
+    /// Starts writing `buffer[range]` at `offset`, first waiting until it fits under `limit`
+    /// bytes in flight. A write larger than that is sent alone, with nothing else in flight.
     pub(crate) fn submit(
         &mut self,
         image: &Image,
         offset: u64,
         buffer: &Buffer,
         range: Range<usize>,
+        limit: usize,
         poll: Poll,
     ) -> Result<()> {
         let len = range.len();
-        while !self.queue.is_empty() && self.bytes + len > self.limit {
+        while !self.queue.is_empty() && self.bytes + len > limit {
             self.reap_oldest(image, poll)?;
         }
         let mut completion = Completion::new(image, Op::StartWrite)?;

@@ -8,15 +8,12 @@ use super::budget::Budget;
 use super::digest::Digests;
 use super::in_flight::{Buffer, InFlight};
 use super::janitor;
+use super::shares::PROCESS;
 use super::zeros;
 use crate::error::{Error, Result, Target};
 use crate::rbd::cluster::{Cluster, IoCtx};
 use crate::rbd::completion::Poll;
 use crate::rbd::image::{self, Image};
-
-/// Bytes an upload holds by default, in writes in flight and chunks still being hashed: eight
-/// 8 MiB chunks, enough to keep a small cluster busy.
-pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 64 << 20;
 
 /// librbd keeps sizes as signed 64-bit in places; larger sizes wrap instead of failing.
 const MAX_IMAGE_SIZE: u64 = i64::MAX as u64;
@@ -39,8 +36,9 @@ pub struct UploadOptions {
     pub order: u8,
     /// Skip writing all-zero blocks: the image reads back the same, with less allocated.
     pub thin: bool,
-    /// Bound on the bytes in flight, and on the chunk bytes held (in flight or being hashed).
-    pub max_in_flight: usize,
+    /// This upload's own bound on the chunk bytes it holds (in flight or being hashed), besides
+    /// its share of the process bound (`shares`); None: the share alone.
+    pub max_in_flight: Option<usize>,
     /// Snapshot to create and protect on finish, as glance does for copy-on-write clones.
     pub snapshot: Option<String>,
     /// hashlib names of the digests to compute over the data, on threads of their own.
@@ -125,9 +123,9 @@ impl Upload {
             }
         };
         Ok(Upload {
-            in_flight: InFlight::new(options.max_in_flight),
+            in_flight: InFlight::new(),
             digests,
-            budget: Budget::new(options.max_in_flight),
+            budget: Budget::new(PROCESS.join(options.max_in_flight)),
             image_size: options.size,
             options,
             ioctx,
@@ -213,14 +211,15 @@ impl Upload {
         } else {
             std::iter::once(0..data.len()).collect()
         };
-        let piece = self.options.max_in_flight.max(1);
+        let limit = self.budget.limit();
         for range in ranges {
             // Split so a chunk larger than the bound still keeps at most that much in flight.
             let mut start = range.start;
             while start < range.end {
-                let stop = range.end.min(start + piece);
+                let stop = range.end.min(start + limit);
+                let piece = start..stop;
                 self.in_flight
-                    .submit(image, offset + start as u64, &buffer, start..stop, poll)?;
+                    .submit(image, offset + start as u64, &buffer, piece, limit, poll)?;
                 start = stop;
             }
         }
@@ -255,6 +254,7 @@ impl Upload {
             image.snap_protect(snap)?;
         }
         self.image = None;
+        self.budget.leave();
         self.summary.bytes_written = self.written;
         log::debug!(
             "finished {}: {} bytes, {} resizes, trim {:.3}s",
@@ -279,6 +279,7 @@ impl Upload {
             Ok(()) => {}
         }
         let image = self.image.take();
+        self.budget.leave();
         self.digests.stop();
         let snapshot = self
             .options

@@ -36,10 +36,10 @@ def test_switch_decides_the_driver(native_api, stock_api):
     assert active in native_api.log()
     assert active not in stock_api.log()
     # The in-flight bound comes from glance-api.conf, which glance reads after the patch.
-    bound = (f"{native_api.max_in_flight_mib} MiB in flight per upload and read ahead per download "
-             "([glance_rbd_native] max_in_flight_mib)")
+    bound = (f"{native_api.max_in_flight_mib} MiB in flight, shared by all uploads and "
+             "downloads of this process ([glance_rbd_native] max_in_flight_mib)")
     assert bound in native_api.log()
-    assert "in flight per upload" not in stock_api.log()
+    assert "MiB in flight" not in stock_api.log()
 
     def config(api):
         text = (api.root / "etc/glance-api.conf").read_text()

@@ -1,0 +1,38 @@
+"""Native calls that wait, kept off eventlet's hub.
+
+A native upload or download waits for librbd with the GIL released, but in an eventlet worker
+(glance-api's eventlet server) the thread that waits is the hub's: every other green thread of
+the worker would wait with it. When eventlet has patched threads, each call that may wait runs
+in eventlet's pool of real threads (``tpool``) and the green thread yields to the hub until it
+returns. The native layer's log records from there are queued and emitted by the green thread
+afterwards: logging's locks are green under eventlet. Without eventlet, calls run as they are.
+"""
+
+import sys
+
+from glance_rbd_native._native import _flush_logs, _queue_logs_here
+
+
+def call(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, off the hub when eventlet has patched threads."""
+    if not _eventlet_threads():
+        return fn(*args, **kwargs)
+    from eventlet import tpool
+
+    try:
+        return tpool.execute(_queued, fn, *args, **kwargs)
+    finally:
+        _flush_logs()
+
+
+def _queued(fn, *args, **kwargs):
+    _queue_logs_here()
+    return fn(*args, **kwargs)
+
+
+def _eventlet_threads():
+    if "eventlet" not in sys.modules:
+        return False
+    from eventlet import patcher
+
+    return patcher.is_monkey_patched("thread")
