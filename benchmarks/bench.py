@@ -10,6 +10,10 @@ everything measured to BENCH_JSON.
 
     make bench                      # 1 GiB images, 3 rounds; or python -m benchmarks.bench
     BENCH_ROUNDS=5 BENCH_SIZE_MIB=512 make bench
+    BENCH_ONLY=scale make bench     # one group of rows: transfers, or scale
+
+Two groups of rows: "transfers" (one transfer at a time, every path) and "scale" (many
+transfers in one process, the eventlet hub, and the seed's 10 GiB through glance-api).
 """
 
 import contextlib
@@ -44,7 +48,11 @@ OUT = pathlib.Path(os.environ.get("BENCH_JSON", ".bench/results.json"))
 LATENCY = ("--ms_inject_delay_type osd --ms_inject_delay_probability 1 "
            "--ms_inject_delay_max 0.02")
 CHUNK = 8 * MiB
+GROUPS = [g for g in os.environ.get("BENCH_ONLY", "transfers,scale").split(",") if g]
 READ = "read-source"  # the image the read rows read
+READ_MANY = "read-many"  # the image the "at once" download rows read: the "quarter" file
+# Transfers at once in one process (benchmarks/many.py), and the MiB of each.
+MANY = ((4, 256), (16, 256), (64, 128))
 SNAP = "snap"  # glance's snapshot name
 
 
@@ -194,6 +202,21 @@ class Bench:
             raise RuntimeError(f"{driver} download went wrong: {result}")
         return result
 
+    def many(self, driver, kind, transfers, size_mib):
+        """benchmarks/many.py: `transfers` uploads or downloads at once in one process."""
+        cmd = [sys.executable, "-m", "benchmarks.many", "--conf", str(self.cluster.conf_path),
+               "--pool", self.cluster.pool, "--driver", driver, "--kind", kind,
+               "--transfers", str(transfers), "--size-mib", str(size_mib),
+               "--image", READ_MANY, "--expect-md5", self.files["quarter:md5"]]
+        out = subprocess.run(cmd, cwd=CHECKOUT, capture_output=True, text=True, env=self.env(),
+                             timeout=1800)
+        if out.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr}")
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        if not result["ok"]:
+            raise RuntimeError(f"{driver} {kind} x{transfers} went wrong: {result['errors']}")
+        return result
+
     def rbd_export(self, *, latency=False):
         cmd = ["rbd", "-c", str(self.cluster.conf_path), "export", "--no-progress",
                f"{self.cluster.pool}/{READ}@{SNAP}", "-"]
@@ -253,10 +276,10 @@ class Bench:
         return statistics.median(r[field] for r in self.results[key])
 
 
-def run_rows(bench):
+def transfer_rows(bench):
     b = bench
     for round_no in range(ROUNDS):
-        print(f"round {round_no + 1}/{ROUNDS}", flush=True)
+        print(f"transfers: round {round_no + 1}/{ROUNDS}", flush=True)
         b.measure("stock known", lambda: b.upload("stock", "random"))
         b.measure("native known", lambda: b.upload("native", "random"))
         b.measure("native known bytearray",
@@ -300,7 +323,45 @@ def run_rows(bench):
         b.measure("copy-image stock", lambda: b.copy_image("stock-multistore"))
 
 
-def table(bench):
+def scale_rows(bench):
+    b = bench
+    for round_no in range(ROUNDS):
+        print(f"scale: round {round_no + 1}/{ROUNDS}", flush=True)
+        for transfers, size_mib in MANY:
+            for kind in ("upload", "download"):
+                for driver in ("stock", "native"):
+                    b.measure(f"{transfers} {kind}s at once {driver}",
+                              lambda d=driver, k=kind, n=transfers, mib=size_mib:
+                              b.many(d, k, n, mib))
+
+
+def scale_table(bench):
+    m = bench.median
+    rows = []
+    for transfers, size_mib in MANY:
+        for kind in ("upload", "download"):
+            key = f"{transfers} {kind}s at once"
+            t_n, t_s = m(f"{key} native"), m(f"{key} stock")
+            peak = {d: m(f"{key} {d}", "peak_rss_mib") - m(f"{key} {d}", "baseline_rss_mib")
+                    for d in ("native", "stock")}
+            kept = {d: m(f"{key} {d}", "kept_rss_mib") - m(f"{key} {d}", "baseline_rss_mib")
+                    for d in ("native", "stock")}
+            measured = (f"native {t_n:.2f}s, stock {t_s:.2f}s ({t_n / t_s:.2f}x stock's time); "
+                        f"peak over baseline: native {peak['native']:.0f} MiB, stock "
+                        f"{peak['stock']:.0f} MiB; kept after: native {kept['native']:.0f} MiB, "
+                        f"stock {kept['stock']:.0f} MiB")
+            target, met = "reported", None
+            if transfers == 16:
+                target = "native peak <= stock + 128 MiB; time <= 1.1x stock"
+                met = peak["native"] <= peak["stock"] + 128 and t_n <= 1.1 * t_s
+            each = size_mib if kind == "upload" else SIZE // 4 // MiB  # READ_MANY
+            rows.append({"case": f"{transfers} {kind}s at once in one process, {each} MiB "
+                                 f"each, a Store each (default bound)",
+                         "measured": measured, "target": target, "met": met})
+    return rows
+
+
+def transfer_table(bench):
     b = bench
     m = b.median
     gib = SIZE / (1 << 30)
@@ -442,9 +503,20 @@ def main():
                                              read_only=[CHECKOUT])
                 stack.callback(debian13.close)
                 debian13.install_wheel(venvs.wheel())
+                cluster.rbd("import", "--object-size", "8M", "--no-progress",
+                            str(files["quarter"]), f"{cluster.pool}/{READ_MANY}", timeout=600)
+                cluster.rbd("snap", "create", f"{cluster.pool}/{READ_MANY}@{SNAP}")
+                cluster.rbd("snap", "protect", f"{cluster.pool}/{READ_MANY}@{SNAP}")
                 bench = Bench(cluster, files, servers, debian13)
-                run_rows(bench)
-            rows = table(bench)
+                if "transfers" in GROUPS:
+                    transfer_rows(bench)
+                if "scale" in GROUPS:
+                    scale_rows(bench)
+            rows = []
+            if "transfers" in GROUPS:
+                rows += transfer_table(bench)
+            if "scale" in GROUPS:
+                rows += scale_table(bench)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -455,7 +527,8 @@ def main():
         met = "-" if r["met"] is None else "yes" if r["met"] else "no"
         print(f"| {r['case']} | {r['measured']} | {r['target']} | {met} |")
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"rounds": ROUNDS, "size": SIZE, "machine": machine, "rows": rows,
+    OUT.write_text(json.dumps({"rounds": ROUNDS, "size": SIZE, "groups": GROUPS,
+                               "machine": machine, "rows": rows,
                                "samples": bench.results}, indent=1))
     print(f"\nall samples: {OUT}")
 
