@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from benchmarks import huge
 from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT
 from tests.harness import venvs
 from tests.harness.cluster import Cluster
@@ -53,6 +54,8 @@ READ = "read-source"  # the image the read rows read
 READ_MANY = "read-many"  # the image the "at once" download rows read: the "quarter" file
 # Transfers at once in one process (benchmarks/many.py), and the MiB of each.
 MANY = ((4, 256), (16, 256), (64, 128))
+# The seed's case (benchmarks/huge.py), run once; also at SIZE, to compare the peaks.
+HUGE = int(os.environ.get("BENCH_HUGE_GIB", "10")) << 30
 SNAP = "snap"  # glance's snapshot name
 
 
@@ -335,6 +338,35 @@ def scale_rows(bench):
                               b.many(d, k, n, mib))
 
 
+    # Once: a round is minutes long at this size.
+    print(f"scale: {HUGE >> 30} GiB and {SIZE // MiB} MiB of unknown size", flush=True)
+    for size in (SIZE, HUGE):
+        b.results[f"huge {size}"] = huge.huge_rows(b.cluster, b.servers, b.cluster.root,
+                                                    size=size)
+
+
+def huge_table(bench):
+    """The seed's case: rows of benchmarks/huge.py at HUGE, with the peaks at SIZE beside."""
+    rows = []
+    big = {r["case"].split(" ", 2)[2]: r for r in huge.table(bench.results[f"huge {HUGE}"])}
+    small = {r["case"].split(" ", 2)[2]: r for r in huge.table(bench.results[f"huge {SIZE}"])}
+    for what, row in big.items():
+        n, s, one = row["native"], row["stock"], small[what]["native"]
+        measured = (f"native {n['seconds']:.1f}s, stock {s['seconds']:.1f}s "
+                    f"({row['native_speedup']:.2f}x); peak RSS over baseline: native "
+                    f"{n['peak_over_baseline_mib']} MiB ({one['peak_over_baseline_mib']} MiB at "
+                    f"{SIZE // MiB} MiB), stock {s['peak_over_baseline_mib']} MiB")
+        if "resizes" in n:
+            measured += f"; resizes: native {n['resizes']}"
+        target, met = "reported", None
+        if what.startswith("upload through glance-api"):
+            target = ">= 1.8x stock; native peak at 10 GiB within 16 MiB of 1 GiB's"
+            met = (row["native_speedup"] >= 1.8 and
+                   abs(n["peak_over_baseline_mib"] - one["peak_over_baseline_mib"]) <= 16)
+        rows.append({"case": row["case"], "measured": measured, "target": target, "met": met})
+    return rows
+
+
 def scale_table(bench):
     m = bench.median
     rows = []
@@ -358,7 +390,7 @@ def scale_table(bench):
             rows.append({"case": f"{transfers} {kind}s at once in one process, {each} MiB "
                                  f"each, a Store each (default bound)",
                          "measured": measured, "target": target, "met": met})
-    return rows
+    return rows + huge_table(bench)
 
 
 def transfer_table(bench):
@@ -473,7 +505,9 @@ def main():
     try:
         print(f"booting a throwaway cluster (mon + bluestore osd on a sparse file) in {root}",
               flush=True)
-        with Cluster(root, osd_size_gib=3 * BIG // (1 << 30) + 4) as cluster:
+        # Sparse: room for the largest images, and for the blocks bluestore does not reuse.
+        osd_gib = (3 * BIG + 2 * HUGE) // (1 << 30) + 8
+        with Cluster(root, osd_size_gib=osd_gib) as cluster:
             files = {}
             for name, size, make in (("random", SIZE, write_random),
                                      ("quarter", SIZE // 4, write_random),
