@@ -17,6 +17,7 @@ transfers in one process, the eventlet hub, and the seed's 10 GiB through glance
 """
 
 import contextlib
+import functools
 import json
 import os
 import pathlib
@@ -32,7 +33,7 @@ import numpy as np
 
 from benchmarks import huge
 from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT
-from tests.harness import venvs
+from tests.harness import hub_latency, venvs
 from tests.harness.cluster import Cluster
 from tests.harness.debian_root import TRIXIE, DebianRoot
 from tests.harness.glance_api import BACKEND, SECOND_BACKEND, SECOND_POOL, GlanceApi
@@ -97,10 +98,11 @@ def write_half_zero_chunks(path, size, seed):
 # -- runners ---------------------------------------------------------------------------------
 
 class Bench:
-    def __init__(self, cluster, files, servers, debian13):
+    def __init__(self, cluster, files, servers, debian13, eventlet):
         self.cluster = cluster
         self.files = files
         self.servers = servers  # "native"/"stock" -> a running GlanceApi
+        self.eventlet = eventlet  # "native"/"stock" -> glance's eventlet server, one worker
         self.debian13 = debian13  # a Debian 13 root with the wheel in its python3
         self.results = {}
 
@@ -220,6 +222,29 @@ class Bench:
             raise RuntimeError(f"{driver} {kind} x{transfers} went wrong: {result['errors']}")
         return result
 
+    def hub(self, driver):
+        """A GET every hub_latency.INTERVAL to one eventlet worker while it stores 1 GiB, and
+        then serves it back: the latencies another request of that worker sees."""
+        api = self.eventlet[driver]
+        image_id = api.create_image("bench hub")
+        try:
+            hub_latency.warm_up(api, image_id)
+            with open(self.files["random"], "rb") as body:
+                (status, out), up = hub_latency.measure(
+                    api, image_id, functools.partial(api.upload, image_id, body, size=SIZE))
+            if status != 204:
+                raise RuntimeError(f"upload to the {driver} eventlet server: {status} "
+                                   f"{out[:300]!r}")
+            _, down = hub_latency.measure(api, image_id, functools.partial(
+                huge.api_download, api, image_id, SIZE, self.files["random:md5"]))
+        finally:
+            api.delete(image_id)
+        failed = up.failed + down.failed
+        if failed:
+            raise RuntimeError(f"GETs to the {driver} eventlet server failed: {failed[:5]}")
+        return {f"{phase}_{k}": v for phase, latencies in (("upload", up), ("download", down))
+                for k, v in latencies.summary().items()}
+
     def rbd_export(self, *, latency=False):
         cmd = ["rbd", "-c", str(self.cluster.conf_path), "export", "--no-progress",
                f"{self.cluster.pool}/{READ}@{SNAP}", "-"]
@@ -330,6 +355,8 @@ def scale_rows(bench):
     b = bench
     for round_no in range(ROUNDS):
         print(f"scale: round {round_no + 1}/{ROUNDS}", flush=True)
+        for driver in ("native", "stock"):
+            b.measure(f"hub {driver}", lambda d=driver: b.hub(d))
         for transfers, size_mib in MANY:
             for kind in ("upload", "download"):
                 for driver in ("stock", "native"):
@@ -370,6 +397,19 @@ def huge_table(bench):
 def scale_table(bench):
     m = bench.median
     rows = []
+    p99 = {(d, phase): m(f"hub {d}", f"{phase}_p99_ms")
+           for d in ("native", "stock") for phase in ("upload", "download")}
+    p50 = {(d, phase): m(f"hub {d}", f"{phase}_p50_ms")
+           for d in ("native", "stock") for phase in ("upload", "download")}
+    rows.append({
+        "case": f"eventlet glance-api (glance 32), one worker: GET /v2/images/ID every "
+                f"{hub_latency.INTERVAL * 1000:.0f} ms during a {SIZE // MiB} MiB upload, then "
+                f"its download (p50 / p99)",
+        "measured": "; ".join(f"{phase}: native {p50['native', phase]:.0f} / "
+                              f"{p99['native', phase]:.0f} ms, stock {p50['stock', phase]:.0f} / "
+                              f"{p99['stock', phase]:.0f} ms" for phase in ("upload", "download")),
+        "target": "native p99 <= 100 ms",
+        "met": max(p99["native", "upload"], p99["native", "download"]) <= 100})
     for transfers, size_mib in MANY:
         for kind in ("upload", "download"):
             key = f"{transfers} {kind}s at once"
@@ -541,7 +581,17 @@ def main():
                             str(files["quarter"]), f"{cluster.pool}/{READ_MANY}", timeout=600)
                 cluster.rbd("snap", "create", f"{cluster.pool}/{READ_MANY}@{SNAP}")
                 cluster.rbd("snap", "protect", f"{cluster.pool}/{READ_MANY}@{SNAP}")
-                bench = Bench(cluster, files, servers, debian13)
+                # glance's own eventlet server (glance 32), one worker: the hub rows.
+                eventlet = {}
+                if "scale" in GROUPS:
+                    for name in ("native", "stock"):
+                        eventlet[name] = stack.enter_context(GlanceApi(
+                            root / f"glance-eventlet-{name}", cluster.conf_path,
+                            db.create_database(f"glance_eventlet_{name}"),
+                            native=name == "native", server="eventlet",
+                            bin_dir=venvs.eventlet_glance(), processes=1))
+                        hub_latency.warm_up_transfers(eventlet[name])
+                bench = Bench(cluster, files, servers, debian13, eventlet)
                 if "transfers" in GROUPS:
                     transfer_rows(bench)
                 if "scale" in GROUPS:

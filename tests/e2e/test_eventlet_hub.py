@@ -14,7 +14,6 @@ import contextlib
 import functools
 import hashlib
 import http.client
-import io
 import time
 
 import numpy as np
@@ -68,18 +67,6 @@ def download(api, image_id):
         conn.close()
 
 
-def warm_up(api):
-    """A small upload and download, so that what a worker does once, at its first transfer, is
-    behind it: eventlet starts its pool's 20 threads from the hub (half a second on the loaded
-    machine), the native layer connects to the cluster."""
-    image_id = api.create_image("warm-up")
-    try:
-        assert api.upload(image_id, io.BytesIO(bytes(MiB)), size=MiB)[0] == 204
-        assert download(api, image_id)[:2] == (200, MiB)
-    finally:
-        api.delete(image_id)
-
-
 def test_small_requests_are_answered_during_transfers(new_glance_api, source, cluster):
     path, md5 = source
     with open(path, "rb") as f:
@@ -98,7 +85,7 @@ def test_small_requests_are_answered_during_transfers(new_glance_api, source, cl
             stack.callback(servers[driver].delete, image_id)
         figures = {}
         for driver, api in servers.items():
-            warm_up(api)
+            hub_latency.warm_up_transfers(api)
             hub_latency.warm_up(api, images[driver])
             figures[driver, "idle"] = hub_latency.measure(
                 api, images[driver], functools.partial(time.sleep, 2))[1]
