@@ -106,8 +106,9 @@ def snapshot_md5(images, name):
 
 class InFlightProbe(threading.Thread):
     """Polls the native driver's in_flight() every millisecond while the transfers run: the
-    most the process held, and the most beyond what the bound allows at that moment (the bound,
-    or one chunk per transfer when more run than the bound has chunks); above 0 is a breach."""
+    most the process held, and the most beyond what the bound allows at that moment: the bound
+    plus one chunk per transfer running (each may always hold one, also when it joins while the
+    others hold the bound); above 0 is a breach."""
 
     def __init__(self):
         super().__init__(daemon=True)
@@ -118,7 +119,7 @@ class InFlightProbe(threading.Thread):
     def run(self):
         while not self._done.wait(0.001):
             now = glance_rbd_native.in_flight()
-            over = now["held"] - max(now["bound"], now["transfers"] * CHUNK)
+            over = now["held"] - (now["bound"] + now["transfers"] * CHUNK)
             self.over_max = over if self.over_max is None else max(self.over_max, over)
             self.held_max = max(self.held_max, now["held"])
             self.transfers_max = max(self.transfers_max, now["transfers"])

@@ -2,10 +2,14 @@
 //!
 //! Each running transfer holds a `Share`. Its bound is the process bound divided evenly among
 //! the transfers running (capped by the transfer's own bound, if it has one): transfers share
-//! fairly, and one alone has all of it. A transfer may always have one chunk in flight, whatever
-//! its share, and it only ever waits on its own writes, reads and digests: none starves, none
-//! waits on another, so none deadlocks. The bytes held by the process stay within the bound, or
-//! within one chunk per transfer when more run than the bound has chunks.
+//! fairly, and one alone has all of it. Beyond its first chunk a transfer adds bytes only within
+//! its share and while the process as a whole is within the bound. A transfer may always have
+//! one chunk, whatever the others hold, and it only ever waits on its own writes, reads and
+//! digests: none starves, none waits on another, so none deadlocks.
+//!
+//! So the process holds at most the bound plus one chunk per transfer, and that only for as long
+//! as the chunks in flight when new transfers joined take to complete (reads and writes are
+//! never taken back): then at most the larger of the bound and one chunk per transfer.
 //!
 //! When the last transfer of the process ends, the memory malloc keeps free goes back to the
 //! system (`release_memory_if_idle`): the chunks of a burst are freed on many threads, into
@@ -103,10 +107,14 @@ impl Share {
         (state.bound / state.transfers.max(1)).min(self.cap).max(1)
     }
 
-    /// Whether `len` more bytes fit next to the `held` ones: within the limit, or as the one
-    /// chunk held.
+    /// Whether `len` more bytes fit next to the `held` ones: within the share and the process
+    /// bound, or as the one chunk held.
     pub(crate) fn fits(&self, held: usize, len: usize) -> bool {
-        held == 0 || held + len <= self.limit()
+        if held == 0 {
+            return true;
+        }
+        let process_held = self.process.held.load(Ordering::Relaxed);
+        held + len <= self.limit() && process_held + len <= self.process.state().bound
     }
 
     pub(crate) fn add(&self, len: usize) {
@@ -168,6 +176,20 @@ mod tests {
         assert!(shares[0].fits(0, 1000));
         assert!(shares[0].fits(1, 1));
         assert!(!shares[0].fits(1, 2));
+    }
+
+    #[test]
+    fn beyond_the_first_chunk_the_process_must_be_within_the_bound() {
+        let process = process(16);
+        let (early, late) = (process.join(None), process.join(None));
+        // `early` read ahead alone (16) before `late` joined; `late` still gets its one chunk.
+        early.add(16);
+        assert!(late.fits(0, 4));
+        late.add(4);
+        // Within its share of 8, but not while the process is over the bound.
+        assert!(!late.fits(4, 2));
+        early.sub(14);
+        assert!(late.fits(4, 2));
     }
 
     #[test]
