@@ -103,7 +103,7 @@ class Bench:
         self.files = files
         self.servers = servers  # "native"/"stock" -> a running GlanceApi
         self.eventlet = eventlet  # "native"/"stock" -> glance's eventlet server, one worker
-        self.debian13 = debian13  # a Debian 13 root with the wheel in its python3
+        self.debian13 = debian13  # a Debian 13 root with the wheel in its python3 (transfers)
         self.results = {}
 
     def env(self, latency=False):
@@ -566,17 +566,20 @@ def main():
                     root / f"glance-{name}", cluster.conf_path,
                     db.create_database(f"glance_{name.replace('-', '_')}"),
                     native=name.startswith("native"), multistore=name.endswith("multistore")))
-                    for name in ("native", "stock", "native-multistore", "stock-multistore")}
+                    for name in ("native", "stock", "native-multistore", "stock-multistore")
+                    if "transfers" in GROUPS or not name.endswith("multistore")}
                 # The image every read row reads, stored as glance stores one (a protected
                 # snapshot), from the random file.
                 cluster.rbd("import", "--object-size", "8M", "--no-progress",
                             str(files["random"]), f"{cluster.pool}/{READ}", timeout=600)
                 cluster.rbd("snap", "create", f"{cluster.pool}/{READ}@{SNAP}")
                 cluster.rbd("snap", "protect", f"{cluster.pool}/{READ}@{SNAP}")
-                debian13 = DebianRoot.ensure(TRIXIE, binds=[root, CHECKOUT],
-                                             read_only=[CHECKOUT])
-                stack.callback(debian13.close)
-                debian13.install_wheel(venvs.wheel())
+                debian13 = None
+                if "transfers" in GROUPS:
+                    debian13 = DebianRoot.ensure(TRIXIE, binds=[root, CHECKOUT],
+                                                 read_only=[CHECKOUT])
+                    stack.callback(debian13.close)
+                    debian13.install_wheel(venvs.wheel())
                 cluster.rbd("import", "--object-size", "8M", "--no-progress",
                             str(files["quarter"]), f"{cluster.pool}/{READ_MANY}", timeout=600)
                 cluster.rbd("snap", "create", f"{cluster.pool}/{READ_MANY}@{SNAP}")

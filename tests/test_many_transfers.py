@@ -2,11 +2,12 @@
 
 Each run is a child process of its own (benchmarks/many.py: K threads, a Store each), stock
 then native, so that its RSS is its own. Every byte is checked; native's peak stays within
-stock's plus the bound, the process never holds more than the bound allows, and what the
-transfers freed goes back to the system once the last one ends. In this process, in_flight()
-counts the transfers running and the bytes they hold, and both go back to 0.
+stock's plus the bound, the process never holds more than the bound and one chunk per transfer,
+and what the transfers freed goes back to the system once the last one ends. In this process,
+in_flight() counts the transfers running and the bytes they hold, and both go back to 0.
 """
 
+import contextlib
 import gc
 import hashlib
 import io
@@ -16,7 +17,6 @@ import pathlib
 import subprocess
 import sys
 import threading
-from contextlib import closing
 
 import pytest
 from glance_store import location
@@ -25,6 +25,7 @@ from glance_store._drivers import rbd as rbd_driver
 import glance_rbd_native
 from benchmarks.many import create_image
 from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT, settings
+from tests.harness.cluster import CephError
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.stores import SNAP, Images, make_store
 
@@ -53,9 +54,11 @@ GLIBC_DEFAULTS: dict[str, str] = {}
 @pytest.fixture(scope="module")
 def pool(cluster):
     """POOL, through Debian's rbd module."""
+    with contextlib.suppress(CephError):
+        cluster.delete_pool(POOL)  # left by a run that was killed
     cluster.create_pool(POOL)
     try:
-        with closing(Images(cluster, pool=POOL)) as images:
+        with contextlib.closing(Images(cluster, pool=POOL)) as images:
             yield images
     finally:
         cluster.delete_pool(POOL)
