@@ -14,8 +14,9 @@ download's md5 against --expect-md5 (without it, the image read through Debian's
 The images it created are removed before it exits.
 
 Prints one JSON object: ok, errors, wall seconds of the transfers, RSS before them (baseline),
-their peak (VmHWM, reset just before), RSS kept 1.5 s after they end, and for native the
-process's in-flight bound and what in_flight() says once they are done.
+their peak (VmHWM, reset just before), RSS kept 1.5 s after they end and then after a
+malloc_trim of its own (trimmed: what the driver left for glibc to give back), and for native
+the bound, the most in_flight() showed held while they ran, and what it says once they are done.
 """
 
 import argparse

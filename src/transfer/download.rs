@@ -97,6 +97,7 @@ impl<D: Destination> Download<D> {
             self.chunk_size,
             self.in_flight,
             self.share.limit(),
+            self.share.process_room(),
         )
     }
 
@@ -183,17 +184,26 @@ impl<D: Destination> Download<D> {
 }
 
 /// The reads to start from `next` in an image of `size` bytes, chunk by chunk, while the bytes
-/// in flight stay within `limit`; with nothing in flight, one read goes whatever its size.
-fn plan(mut next: u64, size: u64, chunk: usize, mut in_flight: usize, limit: usize) -> Vec<usize> {
+/// in flight stay within `limit` (the share) and the new ones within `room` (what the process
+/// may still take); with nothing in flight, one read goes whatever its size.
+fn plan(
+    mut next: u64,
+    size: u64,
+    chunk: usize,
+    mut in_flight: usize,
+    limit: usize,
+    mut room: usize,
+) -> Vec<usize> {
     let mut lengths = Vec::new();
     while next < size {
         let len = usize::try_from(size - next).map_or(chunk, |left| left.min(chunk));
-        if in_flight > 0 && in_flight + len > limit {
+        if in_flight > 0 && (in_flight + len > limit || len > room) {
             break;
         }
         lengths.push(len);
         next += len as u64;
         in_flight += len;
+        room = room.saturating_sub(len);
     }
     lengths
 }
@@ -214,7 +224,7 @@ mod tests {
     #[test]
     fn fills_the_bound_in_chunks() {
         assert_eq!(
-            plan(0, 100 * MIB as u64, 8 * MIB, 0, 64 * MIB),
+            plan(0, 100 * MIB as u64, 8 * MIB, 0, 64 * MIB, usize::MAX),
             vec![8 * MIB; 8]
         );
     }
@@ -227,7 +237,8 @@ mod tests {
                 100 * MIB as u64,
                 8 * MIB,
                 56 * MIB,
-                64 * MIB
+                64 * MIB,
+                usize::MAX
             ),
             vec![8 * MIB]
         );
@@ -237,7 +248,8 @@ mod tests {
                 100 * MIB as u64,
                 8 * MIB,
                 60 * MIB,
-                64 * MIB
+                64 * MIB,
+                usize::MAX
             )
             .is_empty()
         );
@@ -246,16 +258,38 @@ mod tests {
     #[test]
     fn the_last_chunk_is_short_and_nothing_follows_the_end() {
         assert_eq!(
-            plan(0, 10 * MIB as u64 + 5, 8 * MIB, 0, 64 * MIB),
+            plan(0, 10 * MIB as u64 + 5, 8 * MIB, 0, 64 * MIB, usize::MAX),
             vec![8 * MIB, 2 * MIB + 5]
         );
-        assert!(plan(7, 7, 8 * MIB, 0, 64 * MIB).is_empty());
-        assert!(plan(0, 0, 8 * MIB, 0, 64 * MIB).is_empty());
+        assert!(plan(7, 7, 8 * MIB, 0, 64 * MIB, usize::MAX).is_empty());
+        assert!(plan(0, 0, 8 * MIB, 0, 64 * MIB, usize::MAX).is_empty());
+    }
+
+    #[test]
+    fn reads_stop_where_the_process_runs_out_of_room() {
+        let (size, chunk, limit) = (100 * MIB as u64, 8 * MIB, 64 * MIB);
+        assert_eq!(plan(0, size, chunk, 0, limit, 20 * MIB), vec![chunk; 2]);
+        // The first read goes even when the process has no room left.
+        assert_eq!(plan(0, size, chunk, 0, limit, 0), vec![chunk]);
+        assert!(plan(chunk as u64, size, chunk, chunk, limit, 0).is_empty());
     }
 
     #[test]
     fn one_read_goes_even_over_a_small_bound() {
-        assert_eq!(plan(0, 32 * MIB as u64, 8 * MIB, 0, MIB), vec![8 * MIB]);
-        assert!(plan(8 * MIB as u64, 32 * MIB as u64, 8 * MIB, 8 * MIB, MIB).is_empty());
+        assert_eq!(
+            plan(0, 32 * MIB as u64, 8 * MIB, 0, MIB, usize::MAX),
+            vec![8 * MIB]
+        );
+        assert!(
+            plan(
+                8 * MIB as u64,
+                32 * MIB as u64,
+                8 * MIB,
+                8 * MIB,
+                MIB,
+                usize::MAX
+            )
+            .is_empty()
+        );
     }
 }

@@ -107,14 +107,19 @@ impl Share {
         (state.bound / state.transfers.max(1)).min(self.cap).max(1)
     }
 
+    /// Bytes the process may still take before it reaches its bound (0 when over it).
+    pub(crate) fn process_room(&self) -> usize {
+        let held = self.process.held.load(Ordering::Relaxed);
+        self.process.state().bound.saturating_sub(held)
+    }
+
     /// Whether `len` more bytes fit next to the `held` ones: within the share and the process
     /// bound, or as the one chunk held.
     pub(crate) fn fits(&self, held: usize, len: usize) -> bool {
         if held == 0 {
             return true;
         }
-        let process_held = self.process.held.load(Ordering::Relaxed);
-        held + len <= self.limit() && process_held + len <= self.process.state().bound
+        held + len <= self.limit() && len <= self.process_room()
     }
 
     pub(crate) fn add(&self, len: usize) {
@@ -161,7 +166,11 @@ mod tests {
     #[test]
     fn transfers_share_evenly_and_a_capped_one_takes_no_more_than_its_cap() {
         let process = process(64);
-        let (a, b, capped) = (process.join(None), process.join(None), process.join(Some(4)));
+        let (a, b, capped) = (
+            process.join(None),
+            process.join(None),
+            process.join(Some(4)),
+        );
         assert_eq!(process.snapshot().1, 3);
         assert_eq!((a.limit(), b.limit(), capped.limit()), (21, 21, 4));
         drop(capped);
