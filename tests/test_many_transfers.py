@@ -84,7 +84,7 @@ class Runs:
         cmd = [sys.executable, "-m", "benchmarks.many", "--conf", str(self.cluster.conf_path),
                "--pool", POOL, "--driver", driver, "--kind", kind,
                "--transfers", str(transfers), "--size-mib", str(SIZE_MIB[transfers]),
-               "--image", image, "--expect-md5", md5]
+               "--image", image, "--expect-md5", md5, "--watch-bound"]
         out = subprocess.run(cmd, cwd=CHECKOUT, env=env, capture_output=True, text=True,
                              timeout=600, check=False)
         assert out.returncode == 0, out.stderr[-4000:]
