@@ -45,6 +45,17 @@ def test_default_without_the_section(tmp_path):
     assert settings.OPTS[0].default << 20 == DEFAULT
 
 
+def test_an_override_on_one_configuration_stays_there(tmp_path):
+    """oslo.config copies a registered group shallowly: sharing one group object between
+    configurations would share their overrides."""
+    overridden, other = glance_conf(tmp_path), cfg.ConfigOpts()
+    other(args=[])
+    settings.register_opts(overridden)
+    overridden.set_override("max_in_flight_mib", 24, group=settings.GROUP.name)
+    assert settings.max_in_flight(overridden) == 24 * MiB
+    assert settings.max_in_flight(other) == DEFAULT
+
+
 def test_option_from_the_file(tmp_path):
     conf = glance_conf(tmp_path)
     assert settings.max_in_flight(conf) == 16 * MiB

@@ -12,13 +12,17 @@ LOG = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_ENV = "GLANCE_RBD_NATIVE_MAX_IN_FLIGHT_MIB"
 
-GROUP = cfg.OptGroup(
-    "glance_rbd_native",
-    title="glance-rbd-native",
-    help="The native RBD writer and reader of glance-rbd-native. The switch that turns them on, "
-         "GLANCE_RBD_NATIVE=1, is an environment variable only: it acts when glance_store's rbd "
-         "driver is imported, before glance reads this file.",
-)
+def _group():
+    return cfg.OptGroup(
+        "glance_rbd_native",
+        title="glance-rbd-native",
+        help="The native RBD writer and reader of glance-rbd-native. The switch that turns them "
+             "on, GLANCE_RBD_NATIVE=1, is an environment variable only: it acts when "
+             "glance_store's rbd driver is imported, before glance reads this file.",
+    )
+
+
+GROUP = _group()
 
 OPTS = [
     cfg.IntOpt(
@@ -46,8 +50,10 @@ def list_opts():
 
 def register_opts(conf):
     """Registers the section on ``conf``. Safe to call again."""
-    conf.register_group(GROUP)
-    conf.register_opts(OPTS, group=GROUP)
+    # A group object of its own for each configuration: oslo.config copies a group it registers
+    # only shallowly, so an override set on one configuration would show in all the others.
+    conf.register_group(_group())
+    conf.register_opts(OPTS, group=GROUP.name)
 
 
 def apply(conf=None):
