@@ -192,32 +192,24 @@ class Bench:
         chunk buffer goes back to the system and peak RSS shows the memory in use; by default
         glibc raises the threshold to the size of the buffers freed, and keeps them for reuse.
         """
-        cmd = [sys.executable, "-m", "benchmarks.download", "--conf", str(self.cluster.conf_path),
-               "--pool", self.cluster.pool, "--image", READ, "--driver", driver,
-               "--expect-md5", self.files["random:md5"]] + ["--hash"] * hashes
+        args = ["--conf", self.cluster.conf_path, "--pool", self.cluster.pool, "--image", READ,
+                "--driver", driver, "--expect-md5", self.files["random:md5"]]
         env = self.env(latency)
         if in_use:
             env["MALLOC_MMAP_THRESHOLD_"] = str(MiB)
-        out = subprocess.run(cmd, cwd=CHECKOUT, capture_output=True, text=True, env=env,
-                             timeout=900)
-        if out.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr}")
-        result = json.loads(out.stdout.strip().splitlines()[-1])
+        result = huge.child("benchmarks.download", *args, *["--hash"] * hashes, env=env,
+                            timeout=900)
         if not result["ok"]:
             raise RuntimeError(f"{driver} download went wrong: {result}")
         return result
 
     def many(self, driver, kind, transfers, size_mib):
         """benchmarks/many.py: `transfers` uploads or downloads at once in one process."""
-        cmd = [sys.executable, "-m", "benchmarks.many", "--conf", str(self.cluster.conf_path),
-               "--pool", self.cluster.pool, "--driver", driver, "--kind", kind,
-               "--transfers", str(transfers), "--size-mib", str(size_mib),
-               "--image", READ_MANY, "--expect-md5", self.files["quarter:md5"]]
-        out = subprocess.run(cmd, cwd=CHECKOUT, capture_output=True, text=True, env=self.env(),
-                             timeout=1800)
-        if out.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr}")
-        result = json.loads(out.stdout.strip().splitlines()[-1])
+        result = huge.child(
+            "benchmarks.many", "--conf", self.cluster.conf_path, "--pool", self.cluster.pool,
+            "--driver", driver, "--kind", kind, "--transfers", transfers, "--size-mib", size_mib,
+            "--image", READ_MANY, "--expect-md5", self.files["quarter:md5"], env=self.env(),
+            timeout=1800)
         if not result["ok"]:
             raise RuntimeError(f"{driver} {kind} x{transfers} went wrong: {result['errors']}")
         return result

@@ -139,11 +139,14 @@ def api_download(api, image_id, size, md5):
     return {"seconds": seconds, **memory}
 
 
-def child(module, *args):
+def child(module, *args, env=None, timeout=CHILD_TIMEOUT):
+    """Runs `python -m module args` from the checkout (without the switch in its environment,
+    unless `env` says otherwise); the JSON object of its last line."""
     cmd = [sys.executable, "-m", module, *map(str, args)]
-    env = {k: v for k, v in os.environ.items() if k != "GLANCE_RBD_NATIVE"}
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if k != "GLANCE_RBD_NATIVE"}
     out = subprocess.run(cmd, cwd=CHECKOUT, capture_output=True, text=True, env=env,
-                         timeout=CHILD_TIMEOUT)
+                         timeout=timeout)
     if out.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
