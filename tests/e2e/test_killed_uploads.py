@@ -89,7 +89,7 @@ def kill_and_sweep(api, ioctx, image_id):
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
-def test_a_worker_killed_mid_put(api, cluster, ioctx, clean_pool, chunked):
+def test_a_worker_killed_mid_put(api, cluster, ioctx, clean_pool, mariadb, chunked):
     data = data_of(SIZE, seed=21)
     image_id = api.create_image("killed mid-PUT")
     release = threading.Event()
@@ -107,36 +107,47 @@ def test_a_worker_killed_mid_put(api, cluster, ioctx, clean_pool, chunked):
     finally:
         release.set()
         sender.join(60)
-    assert api.image(image_id)["status"] == "saving"
-    started = time.monotonic()
-    retried = api.upload(image_id, io.BytesIO(data), size=None if chunked else SIZE)
-    stored = time.monotonic() - started
-    print(f"\n{'chunked' if chunked else 'content-length'}: sweep listed the leftover "
-          f"{listed:.1f} s after the kill; the retried PUT answered {retried[0]} in "
-          f"{stored:.1f} s; glance then shows {api.image(image_id)['status']}")
     try:
+        assert api.image(image_id)["status"] == "saving"
+        # glance refuses a new PUT to an image it believes is being saved, before any store
+        # is called: whichever the driver, the data goes nowhere.
+        refused = api.upload(image_id, io.BytesIO(data), size=None if chunked else SIZE)
+        assert refused[0] == 409 and b"from saving to saving" in refused[1], refused
+        # The operator's step of the runbook (docs/operations.md): back to `queued`.
+        assert mariadb.execute(api.database, "UPDATE images SET status = 'queued' WHERE id = "
+                               "%s AND status = 'saving'", image_id) == 1
+        started = time.monotonic()
+        retried = api.upload(image_id, io.BytesIO(data), size=None if chunked else SIZE)
+        stored = time.monotonic() - started
+        print(f"\n{'chunked' if chunked else 'content-length'}: sweep listed the leftover "
+              f"{listed:.1f} s after the kill; the retried PUT answered {retried[0]} in "
+              f"{stored:.1f} s")
         assert retried[0] == 204, retried
         image = api.image(image_id)
         assert image["status"] == "active"
         assert image["checksum"] == hashlib.md5(data).hexdigest()
         assert "left over from an upload whose writer is gone" in api.log()
+        assert image_id not in leftovers.marks(ioctx)
     finally:
         api.delete(image_id)
+        command(api, "sweep", "--remove")
     assert image_id not in cluster.images()
-    assert image_id not in leftovers.marks(ioctx)
 
 
 def test_a_worker_killed_mid_import(api, cluster, ioctx, clean_pool, mariadb):
-    """glance-direct: the task dies with the worker, the image stays `importing` and glance
-    keeps its import lock for an hour; aged past that, the retried import busts the lock, and
-    the leftover goes."""
-    data = data_of(IMPORT_SIZE, seed=22)
+    """glance-direct: the task dies with the worker, the image stays `importing`, and glance
+    keeps its import lock for an hour. With the runbook's operator step (the image back to
+    `uploading`: the staged data is still there) and the lock aged past the hour, the retried
+    import busts the lock, and the leftover goes."""
+    data = data_of(64 * MiB, seed=22) * (IMPORT_SIZE // (64 * MiB))
     image_id = api.create_image("killed mid-import")
     try:
         api.stage(image_id, data)
         api.import_image(image_id, "glance-direct")
         listed = kill_and_sweep(api, ioctx, image_id)
         assert api.image(image_id)["status"] == "importing"
+        assert mariadb.execute(api.database, "UPDATE images SET status = 'uploading' WHERE id = "
+                               "%s AND status = 'importing'", image_id) == 1
         # An hour later, as glance sees it: the dead task's lock is stale.
         assert mariadb.execute(api.database, "UPDATE tasks SET updated_at = updated_at - "
                                "INTERVAL 2 HOUR WHERE status = 'processing'") >= 1
@@ -153,4 +164,5 @@ def test_a_worker_killed_mid_import(api, cluster, ioctx, clean_pool, mariadb):
         assert "left over from an upload whose writer is gone" in api.log()
     finally:
         api.delete(image_id)
+        command(api, "sweep", "--remove")
     assert image_id not in cluster.images()

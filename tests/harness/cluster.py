@@ -289,9 +289,7 @@ admin socket = {r}/run/$name.$pid.asok
         """A cephx user `client.<name>` with `caps` (mon=..., osd=..., mgr=...), made or updated,
         and a conf file that authenticates as it: the path of that conf."""
         keyring = self.root / f"ceph.client.{name}.keyring"
-        self.ceph("auth", "get-or-create", f"client.{name}", *(
-            part for entity, cap in caps.items() for part in (entity, cap)),
-            "-o", str(keyring))
+        self.ceph("auth", "get-or-create", f"client.{name}", "-o", str(keyring))
         self.ceph("auth", "caps", f"client.{name}", *(
             part for entity, cap in caps.items() for part in (entity, cap)))
         conf = self.root / f"ceph.{name}.conf"

@@ -72,7 +72,7 @@ class MariaDB:
 
     def execute(self, url: str, sql: str, *args) -> int:
         """Runs `sql` in the database of `url` (from create_database); the rows it changed."""
-        name = url.rsplit("/", 1)[1].split("?", 1)[0]
+        name = url.split("?", 1)[0].rsplit("/", 1)[1]
         with self._connect() as conn, conn.cursor() as cursor:
             cursor.execute(f"USE `{name}`")
             changed = cursor.execute(sql, args)
