@@ -69,6 +69,10 @@ pub enum Op {
     Read,
     /// A read returned fewer bytes than asked for: the image shrank under the reader.
     ShortRead,
+    /// Setting or refreshing the mark of an upload in flight (`transfer::mark`).
+    Mark,
+    /// Clearing it, once the upload is finished or removed.
+    Unmark,
 }
 
 impl fmt::Display for Op {
@@ -90,6 +94,8 @@ impl fmt::Display for Op {
             Op::StartRead => "starting a read from",
             Op::Read => "reading from",
             Op::ShortRead => "reading a whole chunk from",
+            Op::Mark => "marking the upload in flight of",
+            Op::Unmark => "clearing the in-flight mark of",
         })
     }
 }
@@ -173,6 +179,8 @@ mod tests {
             Op::StartRead => "starting a read from image 'abc' in pool 'images' failed",
             Op::Read => "reading from image 'abc' in pool 'images' failed",
             Op::ShortRead => "reading a whole chunk from image 'abc' in pool 'images' failed",
+            Op::Mark => "marking the upload in flight of image 'abc' in pool 'images' failed",
+            Op::Unmark => "clearing the in-flight mark of image 'abc' in pool 'images' failed",
         }
     }
 
@@ -194,6 +202,8 @@ mod tests {
             Op::StartRead,
             Op::Read,
             Op::ShortRead,
+            Op::Mark,
+            Op::Unmark,
         ];
         let target = Target::image("images", "abc");
         for op in ops {

@@ -19,7 +19,7 @@ from glance_store._drivers import rbd as stock
 from glance_store.common import utils
 from glance_store.i18n import _LE, _
 
-from glance_rbd_native import compat, errors, green, settings
+from glance_rbd_native import compat, errors, green, leftovers, settings
 from glance_rbd_native._native import (
     ConnectError,
     ImageExists,
@@ -101,24 +101,37 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
 
 
 def _open_writer(store, image_id, image_name, image_size, order, digests):
-    """Connects and creates the image, with the stock driver's exceptions for failures."""
+    """Connects and creates the image, with the stock driver's exceptions for failures. An image
+    already there that is the leftover of a native upload whose writer is provably gone (a
+    process killed mid-upload) is removed first, and the upload goes on."""
     options = compat.store_options(store)
     settings.apply(store.conf)
-    try:
+    conffile = store.conf_file or None
+    # The stock driver passes str(None) == 'None' as the user when the option is unset, asking
+    # for client.None; unset means librados' default user here.
+    user = options.rbd_store_user or None
+    timeout = compat.connect_timeout(store)
+
+    def create():
         return green.call(
             RbdWriter,
             store.pool, image_name, image_size,
-            conffile=store.conf_file or None,
-            # The stock driver passes str(None) == 'None' as the user when the option is unset,
-            # asking for client.None; unset means librados' default user here.
-            user=options.rbd_store_user or None,
-            order=order,
+            conffile=conffile, user=user, order=order,
             thin_provisioning=bool(store.thin_provisioning),
             snapshot=stock.DEFAULT_SNAPNAME,
-            connect_timeout=compat.connect_timeout(store),
+            connect_timeout=timeout,
             digests=digests,
         )
-    except ImageExists as exc:
+
+    try:
+        try:
+            return create()
+        except ImageExists as exc:
+            if not _reclaim(conffile, user, timeout, store.pool, image_name):
+                msg = _('RBD image %s already exists') % image_id
+                raise exceptions.Duplicate(message=msg) from exc
+        return create()
+    except ImageExists as exc:  # stored again by another upload meanwhile
         msg = _('RBD image %s already exists') % image_id
         raise exceptions.Duplicate(message=msg) from exc
     except NoSpace as exc:
@@ -128,3 +141,22 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
     except PoolNotFound as exc:
         raise errors.missing_pool(exc) from exc
 
+
+def _reclaim(conffile, user, timeout, pool, image_name):
+    """Removes the leftover ``image_name`` of a native upload whose writer is provably gone;
+    True if it did. Whatever else is there stays, and ``add`` raises Duplicate as stock does."""
+    try:
+        removed = green.call(leftovers.reclaim, conffile, user, timeout, pool, image_name)
+    except Exception as exc:
+        LOG.warning("could not tell whether image %s in pool %s is left over from a process "
+                    "killed mid-upload: %s", image_name, pool, exc)
+        return False
+    if removed is None:
+        return False
+    mark = removed.mark
+    LOG.warning("removed image %s in pool %s, left over from an upload whose writer is gone "
+                "(%s, started %s, %s bytes stored; %s); storing it again",
+                image_name, pool, removed.writer,
+                time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(mark.get("started", 0))),
+                mark.get("bytes"), removed.reason)
+    return True

@@ -5,3 +5,4 @@ pub(crate) mod cluster;
 pub(crate) mod completion;
 pub(crate) mod ffi;
 pub(crate) mod image;
+pub(crate) mod omap;

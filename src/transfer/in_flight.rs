@@ -39,6 +39,11 @@ impl InFlight {
         self.queue.is_empty()
     }
 
+    /// Bytes submitted and not yet reaped.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Releases the writes at the front that have completed, without waiting.
     pub(crate) fn reap_completed(&mut self, image: &Image) -> Result<()> {
         while let Some(oldest) = self.queue.front() {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::background;
+use super::mark;
 use crate::error::{Error, Target};
 use crate::rbd::cluster::IoCtx;
 use crate::rbd::image::{self, Image};
@@ -91,13 +92,17 @@ fn run(queue: Receiver<Leftover>) {
             let snapshot = leftover.snapshot.as_deref();
             match image::remove_with_snapshot(&leftover.ioctx, &leftover.image, snapshot) {
                 Ok(()) => {
+                    mark::unmark(&leftover.ioctx, &leftover.image);
                     log::info!("removed partial {target} after an earlier failure");
                     false
                 }
                 Err(Error::Ceph {
                     errno: libc::ENOENT,
                     ..
-                }) => false,
+                }) => {
+                    mark::unmark(&leftover.ioctx, &leftover.image);
+                    false
+                }
                 Err(err) => {
                     log::debug!("still cannot remove {target}: {err}");
                     leftover.delay = (leftover.delay * 2).min(LAST_RETRY);

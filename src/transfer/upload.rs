@@ -8,6 +8,7 @@ use super::budget::Budget;
 use super::digest::Digests;
 use super::in_flight::{Buffer, InFlight};
 use super::janitor;
+use super::mark::Mark;
 use super::shares::PROCESS;
 use super::zeros;
 use crate::error::{Error, Result, Target};
@@ -71,6 +72,8 @@ pub struct Upload {
     in_flight: InFlight,
     digests: Digests,
     budget: Arc<Budget>,
+    /// Who writes, in the pool's index, while the upload runs.
+    mark: Mark,
     written: u64,
     image_size: u64,
     snapshot_made: bool,
@@ -122,10 +125,13 @@ impl Upload {
                 return Err(err);
             }
         };
+        // Open first: a marked image always has its writer's watch while the writer lives.
+        let mark = Mark::set(Arc::clone(&ioctx), &options.image, options.size);
         Ok(Upload {
             in_flight: InFlight::new(),
             digests,
             budget: Budget::new(PROCESS.join(options.max_in_flight)),
+            mark,
             image_size: options.size,
             options,
             ioctx,
@@ -226,6 +232,8 @@ impl Upload {
         // Hashing runs on its own threads while the writes just submitted are on the wire.
         self.digests.feed(&buffer)?;
         self.written = end;
+        self.mark
+            .refresh(self.written - self.in_flight.bytes() as u64);
         Ok(())
     }
 
@@ -254,6 +262,7 @@ impl Upload {
             image.snap_protect(snap)?;
         }
         self.image = None;
+        self.mark.clear();
         self.budget.leave();
         self.summary.bytes_written = self.written;
         log::debug!(
@@ -289,16 +298,26 @@ impl Upload {
         let ioctx = Arc::clone(&self.ioctx);
         let name = &self.options.image;
         if self.remove_later {
-            // Closing would wait on the timed-out cluster as well: the janitor does both.
+            // Closing would wait on the timed-out cluster as well: the janitor does both, and
+            // clears the mark after.
             janitor::remove_later(image, ioctx, name, snapshot, &"the cluster timed out");
             return Ok(());
         }
         // Closed first: the exclusive lock goes with it, so removal can follow.
         drop(image);
-        if let Err(err) = image::remove_with_snapshot(&ioctx, name, snapshot) {
-            janitor::remove_later(None, ioctx, name, snapshot, &err);
-            return Err(err);
+        match image::remove_with_snapshot(&ioctx, name, snapshot) {
+            // Closed, the image may be swept by `glance-rbd-native sweep` before this removal.
+            Ok(())
+            | Err(Error::Ceph {
+                errno: libc::ENOENT,
+                ..
+            }) => {}
+            Err(err) => {
+                janitor::remove_later(None, ioctx, name, snapshot, &err);
+                return Err(err);
+            }
         }
+        self.mark.clear();
         log::info!("removed partial {}", self.target());
         Ok(())
     }

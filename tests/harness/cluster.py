@@ -196,6 +196,8 @@ osd objectstore = {self.objectstore}
 osd op num shards = 2
 osd op num threads per shard = 1
 osd memory target = 1073741824
+# A killed client's watch goes after 15 s rather than 30: the sweep tests wait for it.
+osd client watch timeout = 15
 # The block file must live outside osd data, or mkfs fails with ELOOP on its own symlink.
 bluestore block path = {r}/osd.$id.block
 bluestore block create = true
@@ -282,6 +284,18 @@ admin socket = {r}/run/$name.$pid.asok
 
     def images(self, pool=None) -> list[str]:
         return self.rbd("ls", pool or self.pool).split()
+
+    def user(self, name: str, **caps: str) -> pathlib.Path:
+        """A cephx user `client.<name>` with `caps` (mon=..., osd=..., mgr=...), made or updated,
+        and a conf file that authenticates as it: the path of that conf."""
+        keyring = self.root / f"ceph.client.{name}.keyring"
+        self.ceph("auth", "get-or-create", f"client.{name}", "-o", str(keyring))
+        self.ceph("auth", "caps", f"client.{name}", *(
+            part for entity, cap in caps.items() for part in (entity, cap)))
+        conf = self.root / f"ceph.{name}.conf"
+        conf.write_text(self.conf_path.read_text().replace(
+            f"keyring = {self.root}/ceph.client.admin.keyring", f"keyring = {keyring}"))
+        return conf
 
     def create_pool(self, name: str) -> None:
         self.ceph("osd", "pool", "create", name, "8", "8")

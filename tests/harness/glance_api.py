@@ -45,6 +45,7 @@ class GlanceApi:
     database: the SQLAlchemy URL of an empty database for glance's catalogue.
     native: start it with GLANCE_RBD_NATIVE=1 (else the stock driver serves uploads).
     multistore: rbd backends `ceph1` (on `pool`) and `ceph2` (on SECOND_POOL).
+    user: the cephx user (without `client.`) that `ceph_conf` authenticates as.
     timeout: glance_store's `rados_connect_timeout`, in seconds.
     lazy: load the app in each worker (`lazy-apps`); else once in the master, before the fork.
     preconnect: (not lazy) the master also opens a native connection to the cluster before the
@@ -59,11 +60,12 @@ class GlanceApi:
                  multistore=False, pool="images", timeout: int | None = None, lazy=True,
                  preconnect=False, processes=2, threads=2, import_port: int | None = None,
                  server="uwsgi", bin_dir: pathlib.Path = BIN,
-                 max_in_flight_mib: int | None = None):
+                 max_in_flight_mib: int | None = None, user="admin"):
         if server not in ("uwsgi", "eventlet"):
             raise ValueError(f"unknown server {server!r}")
         self.root = pathlib.Path(root).resolve()
         self.ceph_conf = ceph_conf
+        self.user = user
         self.database = database
         self.native = native
         self.multistore = multistore
@@ -197,6 +199,7 @@ class GlanceApi:
             # Imported in the master, before the app and the fork.
             lines += ["import = tests.harness.preconnect",
                       f"env = GRN_PRECONNECT_CONF={self.ceph_conf}",
+                      f"env = GRN_PRECONNECT_USER={self.user}",
                       f"env = GRN_PRECONNECT_POOL={self.pool}"]
         ini.write_text("\n".join(lines) + "\n")
         return ini
@@ -205,7 +208,7 @@ class GlanceApi:
         r = self.root
 
         def rbd(pool):
-            text = (f"rbd_store_ceph_conf = {self.ceph_conf}\nrbd_store_user = admin\n"
+            text = (f"rbd_store_ceph_conf = {self.ceph_conf}\nrbd_store_user = {self.user}\n"
                     f"rbd_store_pool = {pool}\nrbd_store_chunk_size = 8\n")
             if self.timeout is not None:
                 text += f"rados_connect_timeout = {self.timeout}\n"

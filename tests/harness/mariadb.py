@@ -70,5 +70,14 @@ class MariaDB:
             cursor.execute(f"CREATE DATABASE `{name}`")
         return f"mysql+pymysql://root@localhost/{name}?unix_socket={self.socket}&charset=utf8"
 
+    def execute(self, url: str, sql: str, *args) -> int:
+        """Runs `sql` in the database of `url` (from create_database); the rows it changed."""
+        name = url.split("?", 1)[0].rsplit("/", 1)[1]
+        with self._connect() as conn, conn.cursor() as cursor:
+            cursor.execute(f"USE `{name}`")
+            changed = cursor.execute(sql, args)
+            conn.commit()
+            return changed
+
     def _connect(self):
         return pymysql.connect(unix_socket=str(self.socket), user="root")
