@@ -408,3 +408,13 @@ def remove_when_free(images, names, timeout=60):
     with ioctx_of_pool(images) as ioctx:
         for image in names:
             leftovers.unmark(ioctx, image)
+
+
+def test_the_command_is_installed_with_the_package():
+    """The console script of the wheel, and `python -m glance_rbd_native`."""
+    script = os.path.join(os.path.dirname(sys.executable), "glance-rbd-native")
+    for argv in ([script, "--help"], [sys.executable, "-m", "glance_rbd_native", "sweep",
+                                      "--help"]):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "sweep" in done.stdout

@@ -182,7 +182,8 @@ def _look(args, backend, cluster, ioctx):
     if args.include_unmarked:
         if args.older_than is None:
             raise Failure("--include-unmarked needs --older-than AGE", 2)
-        unmarked = leftovers.unmarked(cluster, ioctx, args.older_than, skip={u.image for u in found})
+        unmarked = leftovers.unmarked(cluster, ioctx, args.older_than,
+                                      skip={u.image for u in found})
     result["gone"] = [u.as_dict(now) for u in gone]
     result["unmarked"] = [u.as_dict(now) for u in unmarked]
     result["stale_marks"] = len(stale)

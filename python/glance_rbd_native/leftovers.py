@@ -40,8 +40,8 @@ class Upload:
     # None for an image without one (``unmarked``).
     mark: Optional[dict]
     # alive: its writer runs. gone: partial, and its writer provably gone. finished: the image
-    # has a snapshot, or is a clone (a stale mark, if marked). missing: no image (a stale mark). unmarked: partial,
-    # without a mark, and without a watcher.
+    # has a snapshot, or is a clone (a stale mark, if marked). missing: no image (a stale
+    # mark). unmarked: partial, without a mark, and without a watcher.
     state: str
     reason: str
     watchers: list = dataclasses.field(default_factory=list)
