@@ -3,5 +3,6 @@
 
 pub(crate) mod cluster;
 pub(crate) mod completion;
+mod exit;
 pub(crate) mod ffi;
 pub(crate) mod image;
