@@ -4,11 +4,12 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 use std::ptr;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::time::Duration;
 
 use ceph::rados;
 
-use super::ffi;
+use super::{exit, ffi};
 use crate::error::{Error, Op, Result, Target, check, errno_of};
 
 /// Everything that makes two connections different. Transfers with equal settings share one
@@ -102,7 +103,7 @@ impl Drop for Publish<'_> {
         });
         {
             let mut shared = lock(&SHARED);
-            let shared = entries(&mut shared);
+            let shared = &mut this_process(&mut shared).entries;
             match &outcome {
                 Ok(cluster) => {
                     shared.insert(self.options.clone(), Entry::Ready(Arc::clone(cluster)));
@@ -123,32 +124,65 @@ impl Drop for Publish<'_> {
 struct Shared {
     pid: u32,
     entries: HashMap<ConnectOptions, Entry>,
+    /// Set when this process began to exit (`shut_down_idle`): nothing connects anew after it.
+    exiting: bool,
 }
 
 static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
 
-/// This process's connections, after forgetting those inherited over a fork.
-fn entries(shared: &mut Option<Shared>) -> &mut HashMap<ConnectOptions, Entry> {
+/// This process's cache, after forgetting one inherited over a fork. Never logs: the exit
+/// handler calls it.
+fn this_process(shared: &mut Option<Shared>) -> &mut Shared {
     let pid = std::process::id();
-    let shared = shared.get_or_insert_with(|| Shared {
+    if let Some(inherited) = shared.take_if(|shared| shared.pid != pid) {
+        std::mem::forget(inherited);
+    }
+    shared.get_or_insert_with(|| Shared {
         pid,
         entries: HashMap::new(),
-    });
-    if shared.pid != pid {
-        let inherited = std::mem::take(&mut shared.entries);
-        log::debug!(
-            "forked: leaving {} connections of process {} alone",
-            inherited.len(),
-            shared.pid
-        );
-        std::mem::forget(inherited);
-        shared.pid = pid;
-    }
-    &mut shared.entries
+        exiting: false,
+    })
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// At `exit()`: shuts down this process's idle connections, those nothing but the cache holds
+/// (no transfer, no I/O context, no janitor), and makes the cache refuse new connects. Those
+/// in use are left as they were: their transfers end as they would have. Never logs, never
+/// calls into Python, and waits for the cache lock briefly only: its holders keep it for a map
+/// operation, never while connecting, so a lock not free within 100 ms is held by a thread
+/// that will not let go (it did not survive a fork), and exit() must not wait for it. The
+/// connections then stay up, as they did before there was a handler.
+pub(crate) fn shut_down_idle() {
+    let mut guard = None;
+    for _ in 0..100 {
+        match SHARED.try_lock() {
+            Ok(locked) => guard = Some(locked),
+            Err(TryLockError::Poisoned(poisoned)) => guard = Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+        }
+        break;
+    }
+    let Some(mut guard) = guard else { return };
+    let shared = this_process(&mut guard);
+    shared.exiting = true;
+    let mut idle = Vec::new();
+    shared.entries.retain(|_, entry| match entry {
+        // Only the cache holds it, and only under this lock can another holder appear.
+        Entry::Ready(cluster) if Arc::strong_count(cluster) == 1 => {
+            idle.push(Arc::clone(cluster));
+            false
+        }
+        _ => true,
+    });
+    drop(guard);
+    // rados_shutdown for each, outside the lock: it joins the handle's messenger threads.
+    drop(idle);
 }
 
 impl Cluster {
@@ -156,7 +190,22 @@ impl Cluster {
     /// never held while connecting.
     pub fn shared(options: &ConnectOptions) -> Result<Arc<Cluster>> {
         let mut guard = lock(&SHARED);
-        let shared = entries(&mut guard);
+        let forked = guard
+            .as_ref()
+            .filter(|shared| shared.pid != std::process::id())
+            .map(|inherited| (inherited.pid, inherited.entries.len()));
+        let shared = this_process(&mut guard);
+        if let Some((parent, count)) = forked {
+            log::debug!("forked: leaving {count} connections of process {parent} alone");
+        }
+        if shared.exiting {
+            return Err(Error::Connect {
+                step: "connecting while the process is exiting".into(),
+                settings: Some(describe(options)),
+                errno: libc::ECANCELED,
+            });
+        }
+        let shared = &mut shared.entries;
         match shared.get(options) {
             Some(Entry::Ready(cluster)) => return Ok(Arc::clone(cluster)),
             Some(Entry::Connecting(attempt)) => {
@@ -175,13 +224,19 @@ impl Cluster {
             outcome: None,
         };
         let outcome = Cluster::connect(options).map(Arc::new);
+        if outcome.is_ok() {
+            // After the connect: libceph-common registers some of its static destructors
+            // lazily, at the first connect, and the handler must run before them.
+            exit::register();
+        }
         publish.outcome = Some(outcome.clone());
         outcome
     }
 
     /// Number of connected clusters cached, for tests of connection reuse.
     pub(crate) fn shared_count() -> usize {
-        entries(&mut lock(&SHARED))
+        this_process(&mut lock(&SHARED))
+            .entries
             .values()
             .filter(|entry| matches!(entry, Entry::Ready(_)))
             .count()
@@ -385,4 +440,28 @@ fn describe(options: &ConnectOptions) -> String {
             .unwrap_or("<default search path>"),
         options.user.as_deref().unwrap_or("<default>"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exiting_process_connects_no_more() {
+        // Marks this test process as exiting: no other cargo test connects to a cluster.
+        shut_down_idle();
+        let options = ConnectOptions::new(
+            Some("/nonexistent/ceph.conf".into()),
+            Some("glance".into()),
+            None,
+        );
+        // Not "reading the configuration file failed": no handle was even created.
+        let err = Cluster::shared(&options).err().expect("a refusal");
+        assert_eq!(
+            err.to_string(),
+            "cannot connect to the Ceph cluster (conf /nonexistent/ceph.conf, user glance): \
+             connecting while the process is exiting failed: Operation canceled (errno 125)"
+        );
+        assert_eq!(Cluster::shared_count(), 0);
+    }
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod completion;
+mod exit;
 pub(crate) mod ffi;
 pub(crate) mod image;
 pub(crate) mod omap;

@@ -54,13 +54,14 @@ class GlanceApi:
     server: "uwsgi", or "eventlet" for glance's own `glance-api` server (glance <= 32), which
         loads the app, forks `processes` workers and runs each on eventlet's hub.
     bin_dir: the bin directory of the virtualenv whose glance serves (default: this one's).
+    uwsgi_options: more `key = value` lines for the uWSGI ini.
     """
 
     def __init__(self, root: pathlib.Path, ceph_conf: pathlib.Path, database: str, *, native: bool,
                  multistore=False, pool="images", timeout: int | None = None, lazy=True,
                  preconnect=False, processes=2, threads=2, import_port: int | None = None,
                  server="uwsgi", bin_dir: pathlib.Path = BIN,
-                 max_in_flight_mib: int | None = None, user="admin"):
+                 max_in_flight_mib: int | None = None, user="admin", uwsgi_options=()):
         if server not in ("uwsgi", "eventlet"):
             raise ValueError(f"unknown server {server!r}")
         self.root = pathlib.Path(root).resolve()
@@ -80,6 +81,7 @@ class GlanceApi:
         self.import_port = import_port
         self.server = server
         self.bin_dir = pathlib.Path(bin_dir)
+        self.uwsgi_options = tuple(uwsgi_options)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.root / "glance-api.log"
@@ -131,6 +133,12 @@ class GlanceApi:
                 proc.wait(grace)
                 return
         raise GlanceApiError(f"{self.server} (pid {proc.pid}) survived SIGKILL")
+
+    def wait(self, timeout: float) -> int | None:
+        """The server's exit status once it has exited by itself, or None after `timeout`."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self._proc.wait(timeout)
+        return None
 
     def __enter__(self) -> GlanceApi:
         return self.start()
@@ -193,6 +201,7 @@ class GlanceApi:
         ]
         if self.native:
             lines.append("env = GLANCE_RBD_NATIVE=1")
+        lines += self.uwsgi_options
         if self.preconnect:
             if self.lazy:
                 raise ValueError("preconnect needs the app loaded in the master (lazy=False)")

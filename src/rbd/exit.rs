@@ -1,0 +1,28 @@
+//! The process's idle cluster connections shut down at `exit()`, before libceph-common's static
+//! destructors run: with the messenger threads still up, one of them can read an option already
+//! destroyed and abort the process (`boost::bad_get`).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::cluster;
+
+/// The pid that registered the handler. A child of `fork()` inherits the registration, and
+/// registers again at its own first connect, after whatever destructors it registered since.
+static REGISTERED: AtomicU32 = AtomicU32::new(0);
+
+/// Registers the handler, once per process, after a successful connect. Handlers and static
+/// destructors run in the reverse order of their registration, and libceph-common registers
+/// some of its destructors at the first connect, so ours runs before them.
+pub(crate) fn register() {
+    let pid = std::process::id();
+    if REGISTERED.swap(pid, Ordering::AcqRel) != pid {
+        // SAFETY: `at_exit` takes no arguments and lives as long as the process: CPython never
+        // unloads an extension module. A failed registration leaves things as they were.
+        unsafe { libc::atexit(at_exit) };
+    }
+}
+
+extern "C" fn at_exit() {
+    // A panic must not unwind into exit(); at worst the connections stay up.
+    let _ = std::panic::catch_unwind(cluster::shut_down_idle);
+}
