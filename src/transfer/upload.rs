@@ -8,6 +8,7 @@ use super::budget::Budget;
 use super::digest::Digests;
 use super::in_flight::{Buffer, InFlight};
 use super::janitor;
+use super::progress::{Kind, Progress, Wait};
 use super::shares::PROCESS;
 use super::zeros;
 use crate::error::{Error, Result, Target};
@@ -71,6 +72,7 @@ pub struct Upload {
     in_flight: InFlight,
     digests: Digests,
     budget: Arc<Budget>,
+    progress: Progress,
     written: u64,
     image_size: u64,
     snapshot_made: bool,
@@ -122,10 +124,13 @@ impl Upload {
                 return Err(err);
             }
         };
+        let progress =
+            Progress::register(Kind::Upload, &options.pool, &options.image, options.size);
         Ok(Upload {
-            in_flight: InFlight::new(),
+            in_flight: InFlight::new(progress.clone()),
             digests,
             budget: Budget::new(PROCESS.join(options.max_in_flight)),
+            progress,
             image_size: options.size,
             options,
             ioctx,
@@ -162,6 +167,7 @@ impl Upload {
     /// Appends `buffer` to the image. Returns once the bytes in flight are back under the bound.
     /// Any failure aborts the upload before it is returned.
     pub fn write(&mut self, buffer: Buffer, poll: Poll) -> Result<()> {
+        let _call = self.progress.call();
         self.check_not_interrupted()?;
         let len = (*buffer).as_ref().len() as u64;
         let end = self.written + len;
@@ -188,6 +194,7 @@ impl Upload {
                 break;
             }
             if self.in_flight.is_empty() {
+                let _share = self.progress.waiting(Wait::Share);
                 self.budget.wait_until_fits(len, poll)?;
             } else {
                 self.in_flight.reap_oldest(image, poll)?;
@@ -226,12 +233,14 @@ impl Upload {
         // Hashing runs on its own threads while the writes just submitted are on the wire.
         self.digests.feed(&buffer)?;
         self.written = end;
+        self.progress.advance(end);
         Ok(())
     }
 
     /// Waits for every write, flushes, trims an unknown-size image to the bytes written, then
     /// creates and protects the snapshot. Any failure aborts the upload before it is returned.
     pub fn finish(&mut self, poll: Poll) -> Result<Summary> {
+        let _call = self.progress.call();
         self.check_not_interrupted()?;
         let result = self.finish_inner(poll);
         result.map_err(|err| self.fail(err))
@@ -255,6 +264,7 @@ impl Upload {
         }
         self.image = None;
         self.budget.leave();
+        self.progress.end();
         self.summary.bytes_written = self.written;
         log::debug!(
             "finished {}: {} bytes, {} resizes, trim {:.3}s",
@@ -270,6 +280,7 @@ impl Upload {
     /// An interrupted drain leaves the upload open with its writes still tracked, so buffers
     /// outlive librbd's use of them; calling abort again picks up where it stopped.
     pub fn abort(&mut self, poll: Poll) -> Result<()> {
+        let _call = self.progress.call();
         let Some(image) = self.image.as_ref() else {
             return Ok(());
         };
@@ -280,6 +291,7 @@ impl Upload {
         }
         let image = self.image.take();
         self.budget.leave();
+        self.progress.end();
         self.digests.stop();
         let snapshot = self
             .options
