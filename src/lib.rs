@@ -33,6 +33,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(writer::native_digests, module)?)?;
     module.add_function(wrap_pyfunction!(process::set_max_in_flight, module)?)?;
     module.add_function(wrap_pyfunction!(process::in_flight, module)?)?;
+    module.add_function(wrap_pyfunction!(process::transfers, module)?)?;
     module.add_function(wrap_pyfunction!(logbridge::queue_logs_here, module)?)?;
     module.add_function(wrap_pyfunction!(logbridge::flush_logs, module)?)?;
     module.add("DEFAULT_MAX_IN_FLIGHT", transfer::shares::DEFAULT_BOUND)?;

@@ -1,6 +1,7 @@
-"""The [glance_rbd_native] section of glance-api's configuration and the environment variable
-that overrides it: the bound each transfer gets, what reaches the writer and the reader, the
-log line that says it, and what oslo-config-generator lists."""
+"""The [glance_rbd_native] section of glance-api's configuration and the environment variables
+that override it: the bound each transfer gets, what reaches the writer and the reader, the
+log line that says it, the progress reports' interval and stall threshold, and what
+oslo-config-generator lists."""
 
 import io
 import logging
@@ -15,7 +16,7 @@ from glance_store._drivers import rbd as rbd_driver
 from oslo_config import cfg
 
 import glance_rbd_native
-from glance_rbd_native import download, settings, upload
+from glance_rbd_native import download, progress, settings, upload
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.stores import SNAP, make_store
 
@@ -23,9 +24,18 @@ DEFAULT = glance_rbd_native.DEFAULT_MAX_IN_FLIGHT
 ENV = settings.MAX_IN_FLIGHT_ENV
 
 
+PROGRESS = {
+    "progress_interval": (settings.PROGRESS_INTERVAL_ENV, progress.DEFAULT_INTERVAL,
+                          settings.progress_interval),
+    "stall_threshold": (settings.STALL_THRESHOLD_ENV, progress.DEFAULT_STALL_THRESHOLD,
+                        settings.stall_threshold),
+}
+
+
 @pytest.fixture(autouse=True)
 def _no_environment(monkeypatch):
-    monkeypatch.delenv(ENV, raising=False)
+    for env in (ENV, settings.PROGRESS_INTERVAL_ENV, settings.STALL_THRESHOLD_ENV):
+        monkeypatch.delenv(env, raising=False)
     # Each test sees the bound logged afresh.
     monkeypatch.setattr(settings, "_logged", None)
 
@@ -114,6 +124,60 @@ def test_the_bound_is_logged_at_the_first_transfer_and_when_it_changes(tmp_path,
     ]
 
 
+@pytest.mark.parametrize("name", PROGRESS)
+def test_progress_settings_from_the_file_and_the_environment(tmp_path, monkeypatch, name):
+    env, default, read = PROGRESS[name]
+    assert default == {"progress_interval": 30, "stall_threshold": 60}[name]
+    assert read() == default
+    assert read(glance_conf(tmp_path, section="")) == default
+    conf = glance_conf(tmp_path, section=f"[glance_rbd_native]\n{name} = 5\n")
+    assert read(conf) == 5
+    assert conf.glance_rbd_native[name] == 5
+    monkeypatch.setenv(env, " 0 ")  # 0 turns them off
+    assert read(conf) == 0
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "1.5"])
+@pytest.mark.parametrize("name", PROGRESS)
+def test_invalid_progress_environment_falls_back_to_the_file(tmp_path, monkeypatch, caplog, name,
+                                                             value):
+    env, _, read = PROGRESS[name]
+    conf = glance_conf(tmp_path, section=f"[glance_rbd_native]\n{name} = 5\n")
+    monkeypatch.setenv(env, value)
+    with caplog.at_level(logging.WARNING, logger="glance_rbd_native"):
+        assert read(conf) == 5
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage() == (f"{env}={value!r} is not a number of seconds (0 or more); "
+                                    f"using [glance_rbd_native] {name}, 5 s")
+
+
+@pytest.mark.parametrize("value", ["-1", "often"])
+@pytest.mark.parametrize("name", PROGRESS)
+def test_invalid_progress_file_value_falls_back_to_the_default(tmp_path, caplog, name, value):
+    _, default, read = PROGRESS[name]
+    conf = glance_conf(tmp_path, section=f"[glance_rbd_native]\n{name} = {value}\n")
+    with caplog.at_level(logging.WARNING, logger="glance_rbd_native"):
+        assert read(conf) == default
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage().startswith(f"[glance_rbd_native] {name}: ")
+    assert warning.getMessage().endswith(f"; using the default, {default} s")
+
+
+def test_each_transfer_hands_the_progress_settings_to_the_reporter(tmp_path, monkeypatch):
+    """settings.apply, which every upload and download calls first."""
+    monkeypatch.setattr(progress, "_interval", progress.DEFAULT_INTERVAL)
+    monkeypatch.setattr(progress, "_stall_threshold", progress.DEFAULT_STALL_THRESHOLD)
+    conf = glance_conf(tmp_path, section="[glance_rbd_native]\nprogress_interval = 7\n"
+                                         "stall_threshold = 0\n")
+    settings.apply(conf)
+    assert (progress._interval, progress._stall_threshold) == (7, 0)
+    monkeypatch.setenv(settings.STALL_THRESHOLD_ENV, "9")
+    settings.apply(conf)
+    assert (progress._interval, progress._stall_threshold) == (7, 9)
+    settings.apply()
+    assert (progress._interval, progress._stall_threshold) == (30, 9)
+
+
 def recording(monkeypatch, module, name):
     """Replaces `module.name` (RbdWriter or RbdReader) by a wrapper that records the keyword
     arguments of each one made."""
@@ -172,9 +236,14 @@ def test_config_generator_lists_the_section():
     section = lines[lines.index("[glance_rbd_native]"):]
     assert "#max_in_flight_mib = 64" in section
     assert "# Minimum value: 1" in section
+    assert "#progress_interval = 30" in section
+    assert "#stall_threshold = 60" in section
+    assert section.count("# Minimum value: 0") == 2
     # Help text is wrapped: compare it unwrapped.
     text = " ".join(line.lstrip("# ") for line in section if line.startswith("#"))
     assert settings.GROUP.help in text
-    assert settings.OPTS[0].help in text
+    assert all(opt.help in text for opt in settings.OPTS)
     assert "GLANCE_RBD_NATIVE=1, is an environment variable only" in text
     assert f"The environment variable {ENV}, when set, overrides it." in text
+    for env, _, _ in PROGRESS.values():
+        assert f"variable {env}, when set, overrides it." in text

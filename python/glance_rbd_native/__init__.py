@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         in_flight,
         native_digests,
         set_max_in_flight,
+        transfers,
     )
 
 _NATIVE = (
@@ -51,6 +52,7 @@ _NATIVE = (
     "in_flight",
     "native_digests",
     "set_max_in_flight",
+    "transfers",
 )
 
 __all__ = [*_NATIVE, "is_patched", "patch", "unpatch"]

@@ -148,6 +148,12 @@ def set_max_in_flight(bytes: int) -> None:
 def in_flight() -> Dict[str, int]:
     """{"bound": bytes, "transfers": running, "held": bytes in flight or being hashed}."""
 
+def transfers() -> List[Dict[str, Union[int, float, str]]]:
+    """The uploads and downloads running in this process, oldest first, each a dict: "id",
+    "kind" ("upload" or "download"), "pool", "image", "size" (0: unknown), "bytes" (accepted by
+    write() or handed out), "elapsed" and "progressed" (seconds from its start to now and to its
+    last progress), "waiting" ("source", "consumer", "cluster" or "share")."""
+
 def _queue_logs_here() -> None:
     """Makes the calling thread queue its records, as the module's own threads do: for threads of
     eventlet's pool, which run native calls while logging's locks belong to the hub's thread."""

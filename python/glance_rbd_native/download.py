@@ -19,7 +19,7 @@ import logging
 from glance_store import exceptions
 from glance_store.i18n import _
 
-from glance_rbd_native import compat, errors, green, settings
+from glance_rbd_native import compat, errors, green, progress, settings
 from glance_rbd_native._native import ConnectError, NotFound, PoolNotFound, RbdReader
 
 LOG = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def _open(store, pool, image, snapshot):
     options = compat.store_options(store)
     settings.apply(store.conf)
     try:
-        return green.call(
+        return progress.watching(green.call(
             RbdReader,
             pool, image,
             snapshot=snapshot or None,
@@ -118,7 +118,7 @@ def _open(store, pool, image, snapshot):
             user=options.rbd_store_user or None,
             connect_timeout=compat.connect_timeout(store),
             chunk_size=store.READ_CHUNKSIZE,
-        )
+        ))
     except ConnectError as exc:
         raise errors.unreachable(store, exc) from exc
     except PoolNotFound as exc:

@@ -6,11 +6,14 @@ import os
 
 from oslo_config import cfg
 
+from glance_rbd_native import progress
 from glance_rbd_native._native import DEFAULT_MAX_IN_FLIGHT, set_max_in_flight
 
 LOG = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_ENV = "GLANCE_RBD_NATIVE_MAX_IN_FLIGHT_MIB"
+PROGRESS_INTERVAL_ENV = "GLANCE_RBD_NATIVE_PROGRESS_INTERVAL"
+STALL_THRESHOLD_ENV = "GLANCE_RBD_NATIVE_STALL_THRESHOLD"
 
 def _group():
     return cfg.OptGroup(
@@ -35,6 +38,24 @@ OPTS = [
              "chunk in flight. The environment variable "
              f"{MAX_IN_FLIGHT_ENV}, when set, overrides it.",
     ),
+    cfg.IntOpt(
+        "progress_interval",
+        default=progress.DEFAULT_INTERVAL,
+        min=0,
+        help="Seconds between the INFO lines that give the bytes so far, time and rate of each "
+             "upload and download running longer than that; 0 turns them off. The environment "
+             f"variable {PROGRESS_INTERVAL_ENV}, when set, overrides it.",
+    ),
+    cfg.IntOpt(
+        "stall_threshold",
+        default=progress.DEFAULT_STALL_THRESHOLD,
+        min=0,
+        help="Seconds an upload or download may go without progress before a WARNING says "
+             "what it waits on: glance's image data, the cluster, its share of the in-flight "
+             "bound, or the consumer of a download. Once per stall, and an INFO line when it "
+             "moves again; 0 turns the warnings off. The environment variable "
+             f"{STALL_THRESHOLD_ENV}, when set, overrides it.",
+    ),
 ]
 
 OPTION = f"[{GROUP.name}] max_in_flight_mib"
@@ -57,9 +78,11 @@ def register_opts(conf):
 
 
 def apply(conf=None):
-    """Sets the process's in-flight bound from the settings; called at every transfer, so that
-    a configuration parsed (or reloaded) after the patch is honoured."""
+    """Sets the process's in-flight bound and the progress reports from the settings; called
+    at every transfer, so that a configuration parsed (or reloaded) after the patch is
+    honoured."""
     set_max_in_flight(max_in_flight(conf))
+    progress.configure(progress_interval(conf), stall_threshold(conf))
 
 
 def max_in_flight(conf=None):
@@ -83,14 +106,60 @@ def max_in_flight(conf=None):
     return mib << 20
 
 
+def progress_interval(conf=None):
+    """Seconds between the progress lines of a transfer (0: none): the environment's setting,
+    else ``progress_interval`` of ``conf``."""
+    return _seconds(conf, "progress_interval", PROGRESS_INTERVAL_ENV)
+
+
+def stall_threshold(conf=None):
+    """Seconds without progress before a transfer's warning (0: none): the environment's
+    setting, else ``stall_threshold`` of ``conf``."""
+    return _seconds(conf, "stall_threshold", STALL_THRESHOLD_ENV)
+
+
+def _seconds(conf, name, env):
+    value = os.environ.get(env, "").strip()
+    if not value:
+        return _option(conf, name)
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = -1
+    if seconds >= 0:
+        return seconds
+    seconds = _option(conf, name)
+    LOG.warning("%s=%r is not a number of seconds (0 or more); using [%s] %s, %d s", env, value,
+                GROUP.name, name, seconds)
+    return seconds
+
+
+def _option(conf, name):
+    """Option ``name`` of ``conf``: its default without a configuration, or when the file's
+    value is invalid (logged)."""
+    default = next(opt.default for opt in OPTS if opt.name == name)
+    if conf is None:
+        return default
+    _register_once(conf, name)
+    try:
+        return conf[GROUP.name][name]
+    except ValueError as exc:  # not an integer, or below the minimum, in the file
+        LOG.warning("[%s] %s: %s; using the default, %d s", GROUP.name, name, exc, default)
+        return default
+
+
+def _register_once(conf, name):
+    # Registered once per ConfigOpts: registering again would clear its cache of values.
+    if GROUP.name not in conf or name not in conf[GROUP.name]:
+        register_opts(conf)
+
+
 def _from_conf(conf):
     """``max_in_flight_mib`` of ``conf``, registering the section on it first. Read per call, so
     that a configuration parsed after the patch is honoured."""
     if conf is None:
         return DEFAULT_MAX_IN_FLIGHT >> 20
-    # Registered once per ConfigOpts: registering again would clear its cache of values.
-    if GROUP.name not in conf or "max_in_flight_mib" not in conf[GROUP.name]:
-        register_opts(conf)
+    _register_once(conf, "max_in_flight_mib")
     try:
         return conf[GROUP.name].max_in_flight_mib
     except ValueError as exc:  # not an integer, or below the minimum, in the file

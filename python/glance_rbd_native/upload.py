@@ -19,7 +19,7 @@ from glance_store._drivers import rbd as stock
 from glance_store.common import utils
 from glance_store.i18n import _LE, _
 
-from glance_rbd_native import compat, errors, green, leftovers, settings
+from glance_rbd_native import compat, errors, green, leftovers, progress, settings
 from glance_rbd_native._native import (
     ConnectError,
     ImageExists,
@@ -49,6 +49,7 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
     native = [algo for algo in hashers if algo in NATIVE_DIGESTS]
     started = time.monotonic()
     writer = _open_writer(self, image_id, image_name, image_size, order, native)
+    progress.watch()
     bytes_written = 0
     try:
         try:

@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::progress::{Kind, Progress};
 use super::shares::{PROCESS, Share};
 use crate::error::{Error, Op, Result, check};
 use crate::rbd::cluster::Cluster;
@@ -51,6 +52,7 @@ pub struct Download<D: Destination> {
     size: u64,
     chunk_size: usize,
     share: Share,
+    progress: Progress,
     /// Where the next read starts.
     next: u64,
     /// Bytes handed to the consumer.
@@ -73,6 +75,7 @@ impl<D: Destination> Download<D> {
             size,
             chunk_size: options.chunk_size,
             share: PROCESS.join(options.max_in_flight),
+            progress: Progress::register(Kind::Download, &options.pool, &options.image, size),
             next: 0,
             delivered: 0,
             queue: VecDeque::new(),
@@ -138,8 +141,10 @@ impl<D: Destination> Download<D> {
 
     /// The next chunk, in order, once it has arrived; None at the end of the image.
     pub fn next_chunk(&mut self, poll: Poll) -> Result<Option<D>> {
+        let _call = self.progress.call();
         let Some(oldest) = self.queue.front() else {
             self.share.leave();
+            self.progress.end();
             return Ok(None);
         };
         let ret = oldest.completion.wait(poll)?;
@@ -158,6 +163,7 @@ impl<D: Destination> Download<D> {
             ));
         }
         self.delivered += len as u64;
+        self.progress.advance(self.delivered);
         Ok(Some(pending.destination))
     }
 
@@ -166,6 +172,7 @@ impl<D: Destination> Download<D> {
     pub(crate) fn drain(&mut self) -> Vec<D> {
         self.share.sub(self.in_flight);
         self.share.leave();
+        self.progress.end();
         self.in_flight = 0;
         self.next = self.size;
         self.queue

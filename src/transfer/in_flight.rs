@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::progress::Progress;
 use crate::error::{Error, Op, Result, check};
 use crate::rbd::completion::{Completion, Poll};
 use crate::rbd::ffi;
@@ -25,13 +26,17 @@ struct Pending {
 pub(crate) struct InFlight {
     queue: VecDeque<Pending>,
     bytes: usize,
+    /// Each write completed is progress of the upload, even where no new data is accepted
+    /// (finish draining the writes of a slow cluster).
+    progress: Progress,
 }
 
 impl InFlight {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(progress: Progress) -> Self {
         InFlight {
             queue: VecDeque::new(),
             bytes: 0,
+            progress,
         }
     }
 
@@ -116,6 +121,7 @@ impl InFlight {
         let ret = oldest.completion.wait(poll)?;
         let pending = self.queue.pop_front().expect("front exists");
         self.bytes -= pending.len;
+        self.progress.moved();
         let ret = check(ret as i64, Op::Write, image.target());
         ret.map_err(|err| {
             log::debug!(

@@ -9,6 +9,7 @@ pub(crate) mod download;
 pub(crate) mod in_flight;
 pub(crate) mod janitor;
 pub(crate) mod mark;
+pub(crate) mod progress;
 pub(crate) mod shares;
 pub(crate) mod upload;
 pub(crate) mod zeros;

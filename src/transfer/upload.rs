@@ -9,6 +9,7 @@ use super::digest::Digests;
 use super::in_flight::{Buffer, InFlight};
 use super::janitor;
 use super::mark::Mark;
+use super::progress::{Kind, Progress, Wait};
 use super::shares::PROCESS;
 use super::zeros;
 use crate::error::{Error, Result, Target};
@@ -74,6 +75,7 @@ pub struct Upload {
     budget: Arc<Budget>,
     /// Who writes, in the pool's index, while the upload runs.
     mark: Mark,
+    progress: Progress,
     written: u64,
     image_size: u64,
     snapshot_made: bool,
@@ -127,11 +129,14 @@ impl Upload {
         };
         // Open first: a marked image always has its writer's watch while the writer lives.
         let mark = Mark::set(Arc::clone(&ioctx), &options.image, options.size);
+        let progress =
+            Progress::register(Kind::Upload, &options.pool, &options.image, options.size);
         Ok(Upload {
-            in_flight: InFlight::new(),
+            in_flight: InFlight::new(progress.clone()),
             digests,
             budget: Budget::new(PROCESS.join(options.max_in_flight)),
             mark,
+            progress,
             image_size: options.size,
             options,
             ioctx,
@@ -168,6 +173,7 @@ impl Upload {
     /// Appends `buffer` to the image. Returns once the bytes in flight are back under the bound.
     /// Any failure aborts the upload before it is returned.
     pub fn write(&mut self, buffer: Buffer, poll: Poll) -> Result<()> {
+        let _call = self.progress.call();
         self.check_not_interrupted()?;
         let len = (*buffer).as_ref().len() as u64;
         let end = self.written + len;
@@ -194,6 +200,7 @@ impl Upload {
                 break;
             }
             if self.in_flight.is_empty() {
+                let _share = self.progress.waiting(Wait::Share);
                 self.budget.wait_until_fits(len, poll)?;
             } else {
                 self.in_flight.reap_oldest(image, poll)?;
@@ -234,12 +241,14 @@ impl Upload {
         self.written = end;
         self.mark
             .refresh(self.written - self.in_flight.bytes() as u64);
+        self.progress.advance(end);
         Ok(())
     }
 
     /// Waits for every write, flushes, trims an unknown-size image to the bytes written, then
     /// creates and protects the snapshot. Any failure aborts the upload before it is returned.
     pub fn finish(&mut self, poll: Poll) -> Result<Summary> {
+        let _call = self.progress.call();
         self.check_not_interrupted()?;
         let result = self.finish_inner(poll);
         result.map_err(|err| self.fail(err))
@@ -264,6 +273,7 @@ impl Upload {
         self.image = None;
         self.mark.clear();
         self.budget.leave();
+        self.progress.end();
         self.summary.bytes_written = self.written;
         log::debug!(
             "finished {}: {} bytes, {} resizes, trim {:.3}s",
@@ -279,6 +289,7 @@ impl Upload {
     /// An interrupted drain leaves the upload open with its writes still tracked, so buffers
     /// outlive librbd's use of them; calling abort again picks up where it stopped.
     pub fn abort(&mut self, poll: Poll) -> Result<()> {
+        let _call = self.progress.call();
         let Some(image) = self.image.as_ref() else {
             return Ok(());
         };
@@ -289,6 +300,7 @@ impl Upload {
         }
         let image = self.image.take();
         self.budget.leave();
+        self.progress.end();
         self.digests.stop();
         let snapshot = self
             .options
