@@ -94,29 +94,6 @@ def sweep(conf_file, *args):
     return json.loads(out)[0]
 
 
-@contextlib.contextmanager
-def client_of(cluster):
-    """(rados.Rados, its ioctx on the pool), as admin."""
-    client = rados.Rados(conffile=str(cluster.conf_path), rados_id="admin")
-    client.connect()
-    try:
-        with client.open_ioctx(cluster.pool) as ioctx:
-            yield client, ioctx
-    finally:
-        client.shutdown()
-
-
-@contextlib.contextmanager
-def ioctx_of(cluster):
-    with client_of(cluster) as (_, ioctx):
-        yield ioctx
-
-
-@contextlib.contextmanager
-def ioctx_of_pool(images):
-    yield images.ioctx
-
-
 def wait_for(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -131,43 +108,43 @@ def wait_for(predicate, timeout, what):
 
 def test_an_upload_is_marked_from_its_first_byte_until_its_snapshot(cluster, clean_pool):
     name = new_name("marked")
-    with client_of(cluster) as (client, ioctx):
-        writer = RbdWriter(cluster.pool, name, 0, conffile=str(cluster.conf_path),
-                           user="admin", snapshot=SNAP)
-        mark = leftovers.marks(ioctx)[name]
-        assert mark["pid"] == os.getpid() and mark["bytes"] == 0 and mark["size"] == 0
-        assert abs(mark["started"] - time.time()) < 30
-        assert leftovers.inspect(client, ioctx, name, mark).state == "alive"
-        writer.write(data_of(MiB))
-        writer.finish()
-        assert name not in leftovers.marks(ioctx)
-        clean_pool.remove(name)
+    client, ioctx = clean_pool.client, clean_pool.ioctx
+    writer = RbdWriter(cluster.pool, name, 0, conffile=str(cluster.conf_path),
+                       user="admin", snapshot=SNAP)
+    mark = leftovers.marks(ioctx)[name]
+    assert mark["pid"] == os.getpid() and mark["bytes"] == 0 and mark["size"] == 0
+    assert abs(mark["started"] - time.time()) < 30
+    assert leftovers.inspect(client, ioctx, name, mark).state == "alive"
+    writer.write(data_of(MiB))
+    writer.finish()
+    assert name not in leftovers.marks(ioctx)
+    clean_pool.remove(name)
 
-        aborted = new_name("aborted")
-        writer = RbdWriter(cluster.pool, aborted, 4 * MiB, conffile=str(cluster.conf_path),
-                           user="admin", snapshot=SNAP)
-        assert aborted in leftovers.marks(ioctx)
-        writer.write(data_of(MiB))
-        writer.abort()
-        assert aborted not in leftovers.marks(ioctx)
+    aborted = new_name("aborted")
+    writer = RbdWriter(cluster.pool, aborted, 4 * MiB, conffile=str(cluster.conf_path),
+                       user="admin", snapshot=SNAP)
+    assert aborted in leftovers.marks(ioctx)
+    writer.write(data_of(MiB))
+    writer.abort()
+    assert aborted not in leftovers.marks(ioctx)
 
 
 def test_the_mark_carries_the_bytes_stored(cluster, clean_pool):
     """Refreshed every 5 s at most, from the writes that completed."""
     name = new_name("refreshed")
-    with ioctx_of(cluster) as ioctx:
-        writer = RbdWriter(cluster.pool, name, 0, conffile=str(cluster.conf_path),
-                           user="admin", snapshot=SNAP)
-        try:
-            for _ in range(4):
-                writer.write(data_of(MiB))
-            time.sleep(5.5)
+    ioctx = clean_pool.ioctx
+    writer = RbdWriter(cluster.pool, name, 0, conffile=str(cluster.conf_path),
+                       user="admin", snapshot=SNAP)
+    try:
+        for _ in range(4):
             writer.write(data_of(MiB))
-            mark = leftovers.marks(ioctx)[name]
-            assert 4 * MiB <= mark["bytes"] <= 5 * MiB
-            assert mark["updated"] > mark["started"] + 5
-        finally:
-            writer.abort()
+        time.sleep(5.5)
+        writer.write(data_of(MiB))
+        mark = leftovers.marks(ioctx)[name]
+        assert 4 * MiB <= mark["bytes"] <= 5 * MiB
+        assert mark["updated"] > mark["started"] + 5
+    finally:
+        writer.abort()
 
 
 # -- a killed upload -------------------------------------------------------------------------
@@ -201,8 +178,8 @@ def test_a_killed_upload_is_listed_swept_and_stored_again(cluster, clean_pool, c
     assert clean_pool.read(name) == data
     warning = [r.getMessage() for r in caplog.records if "left over" in r.getMessage()]
     assert warning and f"pid {held.pid} on" in warning[0], caplog.text
-    with ioctx_of(cluster) as ioctx:
-        assert name not in leftovers.marks(ioctx)
+    ioctx = clean_pool.ioctx
+    assert name not in leftovers.marks(ioctx)
     print(f"\nkilled upload: listed by sweep {listed_after:.1f} s after the kill, "
           f"stored again {stored_after:.1f} s after it")
     clean_pool.remove(name)
@@ -213,12 +190,12 @@ def test_without_its_process_in_view_the_watch_decides(cluster, clean_pool, conf
     name = new_name("elsewhere")
     held = Held(cluster, name)
     held.kill()
-    with ioctx_of(cluster) as ioctx:
-        mark = leftovers.marks(ioctx)[name]
-        mark["host"] = "another-host"
-        with rados.WriteOpCtx() as op:
-            ioctx.set_omap(op, (name,), (json.dumps(mark).encode(),))
-            ioctx.operate_write_op(op, leftovers.INDEX)
+    ioctx = clean_pool.ioctx
+    mark = leftovers.marks(ioctx)[name]
+    mark["host"] = "another-host"
+    with rados.WriteOpCtx() as op:
+        ioctx.set_omap(op, (name,), (json.dumps(mark).encode(),))
+        ioctx.operate_write_op(op, leftovers.INDEX)
     killed = time.monotonic()
     assert sweep(conf_file)["gone"] == [], "listed while its watch is still there"
     assert status(conf_file)[name]["state"] == "alive"
@@ -317,8 +294,8 @@ def test_two_sweeps_at_once_remove_the_leftover_once(cluster, clean_pool, conf_f
     assert "removed" in outcomes and set(outcomes) <= {"removed", "already removed",
                                                        "left: its mark changed since it was judged"}
     assert name not in clean_pool.names()
-    with ioctx_of(cluster) as ioctx:
-        assert name not in leftovers.marks(ioctx)
+    ioctx = clean_pool.ioctx
+    assert name not in leftovers.marks(ioctx)
 
 
 # -- glance's documented user, and what the command refuses ---------------------------------
@@ -405,9 +382,9 @@ def remove_when_free(images, names, timeout=60):
         return not set(names) & images.names()
 
     wait_for(removed, timeout, f"{names} removed once free")
-    with ioctx_of_pool(images) as ioctx:
-        for image in names:
-            leftovers.unmark(ioctx, image)
+    ioctx = images.ioctx
+    for image in names:
+        leftovers.unmark(ioctx, image)
 
 
 def test_the_command_is_installed_with_the_package():

@@ -208,8 +208,8 @@ def remove(cluster, ioctx, upload):
         return "left: its mark changed since it was judged"
     # Only the dead writer's own client (its global id is in the mark): the other watchers may
     # be live clients, such as another sweep looking at the image.
-    cut = [w for w in upload.watchers if upload.mark and w.get("id") == upload.mark.get("client")
-           and _writer_here(upload.mark) is False]
+    dead_here = bool(upload.mark) and _writer_here(upload.mark) is False
+    cut = [w for w in upload.watchers if dead_here and w.get("id") == upload.mark.get("client")]
     for watcher in cut:
         _blocklist(cluster, watcher["addr"])
     # The OSD drops a blocklisted client's watch once the new OSD map reaches it. Another sweep

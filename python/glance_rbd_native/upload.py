@@ -127,12 +127,11 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
     try:
         try:
             return create()
-        except ImageExists as exc:
+        except ImageExists:
             if not _reclaim(conffile, user, timeout, store.pool, image_name):
-                msg = _('RBD image %s already exists') % image_id
-                raise exceptions.Duplicate(message=msg) from exc
-        return create()
-    except ImageExists as exc:  # stored again by another upload meanwhile
+                raise
+        return create()  # may find it stored again by another upload meanwhile
+    except ImageExists as exc:
         msg = _('RBD image %s already exists') % image_id
         raise exceptions.Duplicate(message=msg) from exc
     except NoSpace as exc:

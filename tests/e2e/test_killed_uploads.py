@@ -14,7 +14,6 @@ import threading
 import time
 
 import pytest
-import rados
 
 from glance_rbd_native import leftovers
 from tests.harness.data import MiB, data_of
@@ -32,14 +31,9 @@ def api(new_glance_api):
 
 
 @pytest.fixture
-def ioctx(cluster):
-    client = rados.Rados(conffile=str(cluster.conf_path), rados_id="admin")
-    client.connect()
-    try:
-        with client.open_ioctx(cluster.pool) as io_ctx:
-            yield io_ctx
-    finally:
-        client.shutdown()
+def ioctx(images):
+    """The pool, as admin (the session's connection)."""
+    return images.ioctx
 
 
 def command(api, *args):

@@ -107,6 +107,11 @@ class Images:
     def ioctx(self):
         return self._ioctx
 
+    @property
+    def client(self):
+        """The `rados.Rados` of `ioctx`, as admin."""
+        return self._client
+
     def remove_snapshots(self, name):
         with rbd.Image(self._ioctx, name) as image:
             for snap in list(image.list_snaps()):
