@@ -51,17 +51,27 @@ class Release:
 
     suite: str
     packages: tuple[str, ...]
+    # sid has no point or security updates; the mirror reached here is a snapshot whose sid
+    # Release file is past its Valid-Until, which apt refuses unless told.
+    unstable: bool = False
 
     @property
     def sources(self) -> str:
+        if self.unstable:
+            return f"deb {MIRROR} {self.suite} main\n"
         return (f"deb {MIRROR} {self.suite} main\n"
                 f"deb {MIRROR} {self.suite}-updates main\n"
                 f"deb http://deb.debian.org/debian-security {self.suite}-security main\n")
 
+    @property
+    def apt_conf(self) -> str:
+        return 'Acquire::Check-Valid-Until "false";\n' if self.unstable else ""
+
     def key(self) -> str:
         """What the cached root is made of, as a short hash: a change of any of it builds
         anew."""
-        recipe = "\n".join([self.suite, self.sources, " ".join(self.packages), PRESEEDS])
+        recipe = "\n".join([self.suite, self.sources, self.apt_conf, " ".join(self.packages),
+                             PRESEEDS])
         return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 
@@ -70,6 +80,10 @@ BOOKWORM = Release("bookworm", GLANCE_PACKAGES)
 # Debian 13: glance 30.0.0, glance_store 4.9.1, Python 3.13, Ceph 18; with pytest, and the
 # rbd and ceph commands the contract tests check the pool with, for them to run on its Python.
 TRIXIE = Release("trixie", (*GLANCE_PACKAGES, "python3-pytest", "ceph-common"))
+# Debian sid: glance 33.0.0, glance_store 5.7.0, Python 3.14, Ceph 20.2; with the daemons too,
+# for a Tentacle cluster (tests/harness/cluster.py runs them inside the root).
+SID = Release("sid", (*GLANCE_PACKAGES, "python3-pytest", "ceph-common", "ceph-mon", "ceph-osd",
+                      "ceph-mgr"), unstable=True)
 CACHE = pathlib.Path(os.environ.get("GLANCE_RBD_ROOTS", "/var/cache/glance-rbd-native/roots"))
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MOUNT = """\
@@ -238,6 +252,8 @@ def _build(final: pathlib.Path, release: Release) -> float:
     # No package may start a service.
     root.write("/usr/sbin/policy-rc.d", "#!/bin/sh\nexit 101\n", mode=0o755)
     root.write("/etc/apt/sources.list", release.sources)
+    if release.apt_conf:
+        root.write("/etc/apt/apt.conf.d/50glance-rbd-native", release.apt_conf)
     root.write("/root/preseed", PRESEEDS)
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     root.run("debconf-set-selections", "/root/preseed", env=env)
@@ -272,8 +288,9 @@ def _check(argv) -> None:
 
 
 if __name__ == "__main__":
-    # python -m tests.harness.debian_root [bookworm|trixie]: builds (or finds) the cached root.
+    # python -m tests.harness.debian_root [bookworm|trixie|sid]: builds (or finds) the cached
+    # root.
     suite = sys.argv[1] if len(sys.argv) > 1 else "bookworm"
     with contextlib.suppress(KeyboardInterrupt):
-        built = DebianRoot.ensure({r.suite: r for r in (BOOKWORM, TRIXIE)}[suite])
+        built = DebianRoot.ensure({r.suite: r for r in (BOOKWORM, TRIXIE, SID)}[suite])
         print(built.path, f"built in {built.build_seconds:.0f}s" if built.build_seconds else "")
