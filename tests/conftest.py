@@ -99,8 +99,15 @@ def pytest_deselected(items):
         _tally.deselect(item.nodeid)
 
 
+# The layers of docs/testing.md, by marker; what has none of them is the driver on the cluster.
+_LAYERS = ("distro", "e2e", "matrix", "load", "wheel", "packaging")
+_layer_seconds: dict[str, float] = {}
+
+
 def pytest_runtest_logreport(report):
     _tally.report(report.nodeid, report.when, report.outcome)
+    layer = next((name for name in _LAYERS if name in report.keywords), "cluster")
+    _layer_seconds[layer] = _layer_seconds.get(layer, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -113,6 +120,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if sum(_layer_seconds.values()) > 60:
+        terminalreporter.section("time by layer (setup, call and teardown of its tests)")
+        for layer, seconds in sorted(_layer_seconds.items(), key=lambda item: -item[1]):
+            terminalreporter.line(f"{layer:10} {seconds / 60:5.1f} min")
     if _contract_problems:
         terminalreporter.section("contract guard (tests/harness/contract.py)", red=True)
         for line in _contract_problems:

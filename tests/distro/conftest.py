@@ -52,12 +52,13 @@ def debian_glance(debian_root, cluster, mariadb, tmp_path_factory):
             running[-1].stop()  # forgotten only once stopped
             running.pop()
 
-    def start(name, **config):
+    def start(name, *, ceph_conf=None, **config):
+        """ceph_conf: another cluster's (the host's by default), bound into the root."""
         stop_all()
         work = tmp_path_factory.mktemp(f"{debian_root.release.suite}-{name}")
         database = mariadb.create_database(work.name.replace("-", "_"))
-        api = DebianGlanceApi(work, debian_root, cluster.conf_path, database, pool=cluster.pool,
-                              **config)
+        api = DebianGlanceApi(work, debian_root, ceph_conf or cluster.conf_path, database,
+                              pool=cluster.pool, **config)
         running.append(api)
         return api.start()
 

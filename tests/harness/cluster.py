@@ -1,5 +1,6 @@
 """Boot a throwaway single-node Ceph cluster (mon + osd [+ mgr]) on loopback for tests, demos and
-benchmarks.
+benchmarks: of the host's Ceph packages, or of a Debian root's (`inside=`: a Ceph 20 cluster from
+Debian sid's daemons, run in that root).
 
     python -m tests.harness.cluster up|down|status DIR     (make cluster-up, make cluster-down)
 """
@@ -37,10 +38,10 @@ class CephError(RuntimeError):
     pass
 
 
-def _secret() -> str:
-    # A cephx key is a base64 CryptoKey: type (1 = AES), created (sec, nsec), length, secret.
-    key = struct.pack("<HIIH", 1, int(time.time()), 0, 16) + os.urandom(16)
-    return base64.b64encode(key).decode()
+def key_type(key: str) -> str:
+    """The cipher of a cephx key: a base64 CryptoKey whose first field is its type."""
+    return {1: "aes", 2: "aes256k"}.get(struct.unpack_from("<H", base64.b64decode(key))[0],
+                                         "unknown")
 
 
 def _keyring(name: str, key: str, **caps: str) -> str:
@@ -56,8 +57,14 @@ def free_port() -> int:
 
 
 class Cluster:
+    """inside: a DebianRoot whose Ceph runs the daemons and the tools (the cluster's directory
+    is bound into it at its own path); None for the host's.
+
+    The stores of the tests connect as `store_user` through `store_conf` (client.admin through
+    ceph.conf unless `use_for_stores` says otherwise), and attach() hands that on."""
+
     def __init__(self, root: pathlib.Path, *, objectstore="bluestore", osd_size_gib=8,
-                 with_mgr=False, port=None, pool="images"):
+                 with_mgr=False, port=None, pool="images", inside=None):
         if objectstore not in ("bluestore", "memstore"):
             raise ValueError(f"unsupported objectstore {objectstore!r}")
         self.root = pathlib.Path(root).resolve()
@@ -66,8 +73,11 @@ class Cluster:
         self.with_mgr = with_mgr
         self.port = port
         self.pool = pool
+        self.inside = inside
         self.fsid = str(uuid.uuid4())
         self.conf_path = self.root / "ceph.conf"
+        self.store_user = "admin"
+        self.store_conf = self.conf_path
         self.boot_seconds: float | None = None
         # name -> Popen for daemons we spawned, or a bare pid for daemons found via attach().
         self._procs: dict[str, subprocess.Popen | int] = {}
@@ -84,6 +94,8 @@ class Cluster:
         t0 = time.monotonic()
         for d in ("log", "run", "crash", "mon/a", "osd/0", "mgr/x"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
+        if self.inside is not None:
+            self.inside.bind(self.root)
         self.port = self.port or free_port()
         atexit.register(self.stop)  # don't leak daemons if the caller dies before stop()
         try:
@@ -96,7 +108,7 @@ class Cluster:
         return self
 
     def _boot(self) -> None:
-        r, osd_uuid, osd_key = self.root, str(uuid.uuid4()), _secret()
+        r, osd_uuid, osd_key = self.root, str(uuid.uuid4()), self.new_key()
         self._write_files(osd_key)
         self._tool("monmaptool", "--create", "--fsid", self.fsid, "--addv", "a",
                    f"[v2:127.0.0.1:{self.port}/0]",
@@ -104,8 +116,8 @@ class Cluster:
         self._tool("ceph-mon", "--mkfs", "-i", "a", "--monmap", r / "monmap", "--keyring",
                    r / "mon.keyring")
         # bluestore mkfs takes seconds and needs no mon, so overlap it with the mon boot.
-        mkfs = subprocess.Popen(["ceph-osd", "-c", str(self.conf_path), "-i", "0", "--mkfs",
-                                 "--no-mon-config", "--osd-uuid", osd_uuid],
+        mkfs = subprocess.Popen(self._argv(["ceph-osd", "-c", str(self.conf_path), "-i", "0",
+                                            "--mkfs", "--no-mon-config", "--osd-uuid", osd_uuid]),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             self._spawn("mon.a")
@@ -133,12 +145,12 @@ class Cluster:
 
     def _write_files(self, osd_key: str) -> None:
         r = self.root
-        admin, mgr = _secret(), _secret()
+        admin, mgr, mon = self.new_key(), self.new_key(), self.new_key()
         mgr_caps = {"mon": "allow profile mgr", "osd": "allow *", "mds": "allow *"}
         (r / "ceph.client.admin.keyring").write_text(_keyring("client.admin", admin, **_ADMIN_CAPS))
         # The mon imports every entity of its mkfs keyring, so the mgr key needs no `auth` call
         # later.
-        (r / "mon.keyring").write_text(_keyring("mon.", _secret(), mon="allow *")
+        (r / "mon.keyring").write_text(_keyring("mon.", mon, mon="allow *")
                                        + _keyring("client.admin", admin, **_ADMIN_CAPS)
                                        + _keyring("mgr.x", mgr, **mgr_caps))
         (r / "mgr/x/keyring").write_text(_keyring("mgr.x", mgr))
@@ -227,11 +239,14 @@ admin socket = {r}/run/$name.$pid.asok
 
     @classmethod
     def attach(cls, root: pathlib.Path) -> Cluster:
-        """Control a cluster booted by another process (e.g. `cluster.py up`)."""
+        """Control a cluster booted by another process (e.g. `cluster.py up`), with this
+        process's Ceph tools."""
         state = json.loads((pathlib.Path(root) / "cluster.json").read_text())
         c = cls(root, objectstore=state["objectstore"], osd_size_gib=state["osd_size_gib"],
                 with_mgr=state["with_mgr"], port=state["port"], pool=state["pool"])
         c.fsid = state["fsid"]
+        c.store_user = state.get("store_user", "admin")
+        c.store_conf = pathlib.Path(state.get("store_conf", c.conf_path))
         c._procs = {name: pid for name, pid in state["pids"].items() if c._is_ours(pid)}
         return c
 
@@ -285,17 +300,54 @@ admin socket = {r}/run/$name.$pid.asok
     def images(self, pool=None) -> list[str]:
         return self.rbd("ls", pool or self.pool).split()
 
-    def user(self, name: str, **caps: str) -> pathlib.Path:
+    def user(self, name: str, *, cipher: str | None = None, **caps: str) -> pathlib.Path:
         """A cephx user `client.<name>` with `caps` (mon=..., osd=..., mgr=...), made or updated,
-        and a conf file that authenticates as it: the path of that conf."""
+        and a conf file that authenticates as it: the path of that conf. cipher: give it a new
+        key of that type ("aes": the legacy one older clients can parse) instead of the
+        cluster's default."""
         keyring = self.root / f"ceph.client.{name}.keyring"
-        self.ceph("auth", "get-or-create", f"client.{name}", "-o", str(keyring))
+        if cipher is None:
+            self.ceph("auth", "get-or-create", f"client.{name}", "-o", str(keyring))
+        else:
+            self.rekey(f"client.{name}", keyring, cipher)
         self.ceph("auth", "caps", f"client.{name}", *(
             part for entity, cap in caps.items() for part in (entity, cap)))
         conf = self.root / f"ceph.{name}.conf"
         conf.write_text(self.conf_path.read_text().replace(
             f"keyring = {self.root}/ceph.client.admin.keyring", f"keyring = {keyring}"))
         return conf
+
+    def use_for_stores(self, user: str, conf: pathlib.Path) -> None:
+        """The tests' stores connect as client.`user` through `conf` (recorded for attach())."""
+        self.store_user, self.store_conf = user, pathlib.Path(conf)
+        self._save()
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def new_key(self) -> str:
+        """A new secret of the cluster's default cipher (aes on Ceph 16, aes256k on Ceph 20),
+        made by its own ceph-authtool."""
+        return self._run(["ceph-authtool", "--gen-print-key"]).strip()
+
+    def allow_ciphers(self, *ciphers: str) -> None:
+        """What a Tentacle cluster needs for older clients: the monmap's allowed cephx ciphers."""
+        self.ceph("mon", "set", "auth_allowed_ciphers", ",".join(ciphers))
+
+    def rekey(self, entity: str, keyring: pathlib.Path, cipher: str) -> None:
+        """Gives `entity` a new key of `cipher` (its caps kept), written to `keyring`."""
+        caps = json.loads(self.ceph("auth", "get", entity, "--format", "json"))[0]["caps"] \
+            if self._exists(entity) else {}
+        tmp = keyring.with_name(keyring.name + ".new")
+        self._run(["ceph-authtool", "--create-keyring", str(tmp), "--gen-key", "-n", entity,
+                   "--key-type", cipher, *(part for kind, cap in caps.items()
+                                            for part in ("--cap", kind, cap))])
+        self.ceph("auth", "import", "-i", tmp)
+        tmp.chmod(0o644)
+        tmp.replace(keyring)
+
+    def _exists(self, entity: str) -> bool:
+        return any(e["entity"] == entity for e in json.loads(
+            self.ceph("auth", "ls", "--format", "json"))["auth_dump"])
 
     def create_pool(self, name: str) -> None:
         self.ceph("osd", "pool", "create", name, "8", "8")
@@ -330,10 +382,18 @@ admin socket = {r}/run/$name.$pid.asok
         return {**os.environ, "CEPH_CONF": str(self.conf_path)}
 
     def _tool(self, tool: str, *args, timeout=60) -> str:
-        cmd = [tool, "-c", str(self.conf_path), *map(str, args)]
+        return self._run([tool, "-c", str(self.conf_path), *map(str, args)], timeout=timeout)
+
+    def _argv(self, argv: list[str]) -> list[str]:
+        """argv as run on the host: inside the Debian root, if the cluster is of its Ceph."""
+        return argv if self.inside is None else self.inside.command(argv)
+
+    def _run(self, argv: list[str], timeout=60) -> str:
+        cmd = list(map(str, argv))
+        env = self.env() if self.inside is None else None
         try:
-            res = subprocess.run(cmd, env=self.env(), capture_output=True, text=True,
-                                 timeout=timeout)
+            res = subprocess.run(self._argv(cmd), env=env, stdin=subprocess.DEVNULL,
+                                 capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise CephError(f"{' '.join(cmd)}: timed out after {timeout}s") from None
         if res.returncode:
@@ -348,7 +408,7 @@ admin socket = {r}/run/$name.$pid.asok
             # -f keeps the daemon in the foreground so the pid we hold is the daemon itself;
             # its own session keeps it alive after `up` exits and away from the caller's Ctrl-C.
             self._procs[name] = subprocess.Popen(
-                [f"ceph-{kind}", "-f", "-c", str(self.conf_path), "-i", ident],
+                self._argv([f"ceph-{kind}", "-f", "-c", str(self.conf_path), "-i", ident]),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True)
         self._save()  # record the pid at once, so even a crashed caller leaves a way to clean up
@@ -422,7 +482,8 @@ admin socket = {r}/run/$name.$pid.asok
         state = {"fsid": self.fsid, "conf": str(self.conf_path), "pool": self.pool,
                  "port": self.port,
                  "objectstore": self.objectstore, "osd_size_gib": self.osd_size_gib,
-                 "with_mgr": self.with_mgr, "pids": pids}
+                 "with_mgr": self.with_mgr, "pids": pids, "store_user": self.store_user,
+                 "store_conf": str(self.store_conf)}
         tmp = self.root / "cluster.json.tmp"
         tmp.write_text(json.dumps(state, indent=2) + "\n")
         tmp.replace(self.root / "cluster.json")

@@ -69,12 +69,14 @@ class DebianGlanceApi(GlanceApi):
     native: `export GLANCE_RBD_NATIVE=1` in /etc/default/glance-api (the native writer is then
         expected to serve uploads).
     environment: the text of /etc/default/glance-api instead of the one `native` makes.
+    user: the cephx user glance connects as, whose keyring `ceph_conf` names.
     """
 
     def __init__(self, work: pathlib.Path, root: DebianRoot, ceph_conf: pathlib.Path,
                  database: str, *, native: bool, server="eventlet", pool="images",
-                 environment: str | None = None):
-        super().__init__(work, ceph_conf, database, native=native, pool=pool, server=server)
+                 environment: str | None = None, user="admin"):
+        super().__init__(work, ceph_conf, database, native=native, pool=pool, server=server,
+                         user=user)
         self.debian = root
         self.environment = environment
         self.log_path = root.file(LOG)
@@ -171,7 +173,7 @@ bind_port = {self.port}
 stores = rbd
 default_store = rbd
 rbd_store_ceph_conf = {self.ceph_conf}
-rbd_store_user = admin
+rbd_store_user = {self.user}
 rbd_store_pool = {self.pool}
 rbd_store_chunk_size = 8
 

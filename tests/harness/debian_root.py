@@ -133,6 +133,14 @@ class DebianRoot:
             raise
         return root
 
+    def bind(self, path, *, read_only=False) -> None:
+        """Mounts host directory `path` at its own path inside, in every command from now on."""
+        path = pathlib.Path(path).resolve()
+        if path not in self.binds:
+            self.binds.append(path)
+        if read_only:
+            self.read_only.add(path)
+
     def close(self) -> None:
         """Lets other runs use the root."""
         lock, self._lock = getattr(self, "_lock", None), None

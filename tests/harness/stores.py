@@ -14,8 +14,9 @@ SNAP = rbd_driver.DEFAULT_SNAPNAME
 
 
 def make_store(cluster, *, chunk_mib=8, thin=False, backend=None, timeout=-1, pool=None,
-               user="admin", conf_file=None, defaults=()):
-    """A configured glance_store rbd Store on `cluster`, single-store or in a multi-store set-up.
+               user=None, conf_file=None, defaults=()):
+    """A configured glance_store rbd Store on `cluster`, single-store or in a multi-store set-up,
+    connecting as the cluster's store user (client.admin unless the cluster names another).
 
     Options named in `defaults` go to [backend_defaults] (glance_store 5.2 on) instead of the
     backend's own group."""
@@ -24,8 +25,8 @@ def make_store(cluster, *, chunk_mib=8, thin=False, backend=None, timeout=-1, po
     options = dict(
         rbd_store_chunk_size=chunk_mib,
         rbd_store_pool=pool or cluster.pool,
-        rbd_store_user=user,
-        rbd_store_ceph_conf=str(conf_file or cluster.conf_path),
+        rbd_store_user=user or cluster.store_user,
+        rbd_store_ceph_conf=str(conf_file or (cluster.conf_path if user else cluster.store_conf)),
         rados_connect_timeout=timeout,
         rbd_thin_provisioning=thin,
     )
