@@ -65,7 +65,7 @@ def test_multi_store_options_from_backend_defaults(cluster, clean_pool):
     store = make_store(cluster, chunk_mib=1, backend="ceph1", timeout=30,
                        defaults=("rbd_store_user", "rados_connect_timeout"))
     assert store.conf.ceph1.rbd_store_user is None
-    assert compat.store_options(store).rbd_store_user == "admin"
+    assert compat.store_options(store).rbd_store_user == cluster.store_user
     assert compat.connect_timeout(store) == 30
 
     glance_rbd_native.patch()
