@@ -17,7 +17,7 @@ def make_store(cluster, *, chunk_mib=8, thin=False, backend=None, timeout=-1, po
                user="admin", conf_file=None, defaults=()):
     """A configured glance_store rbd Store on `cluster`, single-store or in a multi-store set-up.
 
-    Options named in `defaults` go to [backend_defaults] (glance_store 5.2 on) instead of the
+    Options named in `defaults` go to [backend_defaults] (glance_store 5.0 on) instead of the
     backend's own group."""
     conf = cfg.ConfigOpts()
     conf(args=[])
