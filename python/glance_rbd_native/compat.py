@@ -14,7 +14,7 @@ LOG = logging.getLogger(__name__)
 OLDEST_SUPPORTED = (4, 1, 0)
 NEWEST_SUPPORTED_MAJOR = 5
 # The releases the test suite proves, each against its own stock driver.
-TESTED_VERSIONS = ("4.1.0", "4.3.3", "4.7.1", "4.9.1", "5.2.0", "5.7.0")
+TESTED_VERSIONS = ("4.1.0", "4.3.3", "4.7.1", "4.9.1", "5.0.0", "5.2.0", "5.7.0")
 
 
 def glance_store_version():
