@@ -58,9 +58,9 @@ def test_options_are_the_ones_stock_configured(cluster, backend):
 
 @pytest.mark.cluster
 @pytest.mark.skipif(not stock_versions.HAS_STORE_CONF,
-                    reason="[backend_defaults] arrived in glance_store 5.2")
+                    reason="[backend_defaults] arrived in glance_store 5.0")
 def test_multi_store_options_from_backend_defaults(cluster, clean_pool):
-    """From 5.2, options left out of a backend's group come from [backend_defaults]; the group
+    """From 5.0, options left out of a backend's group come from [backend_defaults]; the group
     itself then answers None."""
     store = make_store(cluster, chunk_mib=1, backend="ceph1", timeout=30,
                        defaults=("rbd_store_user", "rados_connect_timeout"))

@@ -42,7 +42,7 @@ def completed(returncode=0):
     return subprocess.CompletedProcess([], returncode, stdout="171 passed in 1s\n", stderr="")
 
 
-@pytest.mark.parametrize("version", [NEW, OLD, (5, 2, 0), (4, 9, 1)])
+@pytest.mark.parametrize("version", [NEW, OLD, (5, 2, 0), (5, 0, 0), (4, 10, 0), (4, 9, 1)])
 def test_a_clean_run_passes(version):
     results = run_results(version)
     assert contract.problems("glance_store x", version, results, root=True) == []
@@ -54,11 +54,12 @@ def test_the_table_covers_the_contract_files():
     assert all(s.file in contract.FILES for s in contract.SKIPS)
 
 
-def test_the_backend_defaults_case_skips_before_5_2_only():
+def test_the_backend_defaults_case_skips_before_5_0_only():
     [skip] = [s for s in contract.SKIPS if s.file == "test_compat.py"]
-    assert skip.applies((5, 1, 9), True) and skip.applies(OLD, True)
+    assert skip.applies((4, 10, 0), True) and skip.applies(OLD, True)
+    assert not skip.applies((5, 0, 0), True) and not skip.applies((5, 1, 0), True)
     assert not skip.applies((5, 2, 0), True) and not skip.applies(NEW, True)
-    assert "5.2" in skip.when
+    assert "5.0" in skip.when
 
 
 def test_a_missing_file_fails_naming_it_and_the_release():
@@ -86,12 +87,12 @@ def test_an_unexpected_skip_fails():
 
 
 def test_a_missing_skip_fails():
-    """A 5.2-only case that ran on 4.1 means the release's conditions were not read."""
+    """A case for 5.0 on that ran on 4.1 means the release's conditions were not read."""
     results = run_results(NEW)  # where it runs
     [found] = contract.problems("glance_store 4.1.0", OLD, results, root=True)
     assert found.startswith("glance_store 4.1.0: test_compat.py: test_compat.py::"
                             "test_multi_store_options_from_backend_defaults ran (passed), "
-                            "expected to skip on glance_store < 5.2")
+                            "expected to skip on glance_store < 5.0")
 
 
 def test_a_skip_that_depends_on_root():
@@ -143,7 +144,7 @@ def test_the_main_runs_tally():
     tally.collect("tests/test_writer.py::test_other")  # not a contract file
     assert tally.outcomes == results
     assert tally.problems(NEW, root=True) == []
-    # Checked on 4.1 (where the 5.2-only case must skip), the same outcomes are wrong.
+    # Checked on 4.1 (where the case for 5.0 on must skip), the same outcomes are wrong.
     assert len(tally.problems(OLD, root=True)) == 1
     # A failure is pytest's to report; the tally counts it as a case that ran.
     tally.report("tests/test_errors.py::test_case[0]", "call", "failed")

@@ -155,7 +155,7 @@ def test_first_chunk_larger_than_the_step(cluster, clean_pool):
 
 def test_short_upload_is_refused_not_padded(cluster, clean_pool):
     """4.x stores fewer bytes than declared as an image of the declared size, zero-padded, under
-    the checksum of the bytes received. 5.2 and later refuse it; native refuses it everywhere."""
+    the checksum of the bytes received. 5.0 and later refuse it; native refuses it everywhere."""
     data, declared = data_of(MiB + 5), 3 * MiB
 
     name = new_name("stock")
@@ -184,7 +184,7 @@ def test_short_upload_is_refused_not_padded(cluster, clean_pool):
 def test_oversized_upload_is_refused_clearly(cluster, clean_pool, thin):
     """More bytes than declared: 4.x fails with librbd's raw error, or, when thin provisioning
     skips the extra all-zero chunk, stores the declared size under the checksum of every byte
-    sent. 5.2 and later refuse it with Invalid; native does everywhere."""
+    sent. 5.0 and later refuse it with Invalid; native does everywhere."""
     declared = 2 * MiB
     data = data_of(declared) + (bytes(MiB) if thin else data_of(MiB, seed=1))
 

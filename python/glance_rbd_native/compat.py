@@ -14,7 +14,7 @@ LOG = logging.getLogger(__name__)
 OLDEST_SUPPORTED = (4, 1, 0)
 NEWEST_SUPPORTED_MAJOR = 5
 # The releases the test suite proves, each against its own stock driver.
-TESTED_VERSIONS = ("4.1.0", "4.3.3", "4.7.1", "4.9.1", "5.2.0", "5.7.0")
+TESTED_VERSIONS = ("4.1.0", "4.3.3", "4.7.1", "4.9.1", "5.0.0", "5.2.0", "5.7.0")
 
 
 def glance_store_version():
@@ -43,9 +43,10 @@ def is_supported(version):
 def store_options(store):
     """The namespace the stock driver reads the rbd options from.
 
-    From 5.2 that is ``store.store_conf``, which falls back to ``[backend_defaults]``; in a
-    multi-store set-up the backend's own group then answers None for every option left unset.
-    Before 5.2 it is the backend's group, or ``[glance_store]`` in a single-store set-up.
+    From 5.0 that is ``store.store_conf``: in a multi-store set-up it falls back to
+    ``[backend_defaults]``, and the backend's own group then answers None for every option left
+    unset; in a single-store set-up it is ``[glance_store]``. Before 5.0 it is the backend's
+    group, or ``[glance_store]`` in a single-store set-up.
     """
     options = getattr(store, "store_conf", None)
     if options is not None:
@@ -66,9 +67,9 @@ def connect_timeout(store):
 def stock_sets_librados_timeouts():
     """True when stock turns ``rados_connect_timeout >= 0`` into librados' three timeouts.
 
-    That is the release whose option defaults to -1, "not set" (4.7 on). 4.1 defaults it to 0
-    and hands it to ``connect()``, which python-rados ignores; 4.3 to 4.6 deprecate it and read
-    it nowhere. Applying it there would turn the default of 0 into librados' "wait forever".
+    That is the release whose option defaults to -1, "not set" (4.7 on). 4.1 and 4.2 default it
+    to 0 and hand it to ``connect()``, which python-rados ignores; 4.3 to 4.6.2 deprecate it and
+    read it nowhere. Applying it there would turn the default of 0 into librados' "wait forever".
     """
     from glance_store._drivers import rbd
 

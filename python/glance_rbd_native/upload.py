@@ -3,7 +3,7 @@
 It keeps the stock contract of the installed glance_store (4.1 to 5.x; ``compat`` holds what
 differs between releases): same return tuple, same exceptions, same digests and verifier calls,
 same snapshot. A declared size that the data does not match is refused with ``Invalid`` on every
-release, as 5.2 and later do; 4.x would store the image zero-padded or fail with a raw librbd
+release, as 5.0 and later do; 4.x would store the image zero-padded or fail with a raw librbd
 error. Unlike stock, all upload state is local to the call, so one Store serves any number of
 uploads, one after the other or at once. md5 and the multihash are computed by the writer on
 threads of their own; an algorithm it lacks falls back to hashlib. Every native call that

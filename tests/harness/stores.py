@@ -18,7 +18,7 @@ def make_store(cluster, *, chunk_mib=8, thin=False, backend=None, timeout=-1, po
     """A configured glance_store rbd Store on `cluster`, single-store or in a multi-store set-up,
     connecting as the cluster's store user (client.admin unless the cluster names another).
 
-    Options named in `defaults` go to [backend_defaults] (glance_store 5.2 on) instead of the
+    Options named in `defaults` go to [backend_defaults] (glance_store 5.0 on) instead of the
     backend's own group."""
     conf = cfg.ConfigOpts()
     conf(args=[])

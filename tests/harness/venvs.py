@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENVS = ROOT / ".venv-matrix"
 SYSTEM_PYTHON = "/usr/bin/python3"
 # Every release that operators run, each proved against its own stock driver; see the README.
-MATRIX = ("4.1.0", "4.3.3", "4.7.1", "4.9.1", "5.2.0", "5.7.0")
+MATRIX = ("4.1.0", "4.3.3", "4.7.1", "4.9.1", "5.0.0", "5.2.0", "5.7.0")
 # The newest glance with the eventlet `glance-api` server, with the glance_store and eventlet
 # that openstack/requirements pins for it (stable/2026.1).
 EVENTLET_GLANCE = "glance-32.0.0"
