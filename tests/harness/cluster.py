@@ -309,7 +309,7 @@ admin socket = {r}/run/$name.$pid.asok
         if cipher is None:
             self.ceph("auth", "get-or-create", f"client.{name}", "-o", str(keyring))
         else:
-            self.rekey(f"client.{name}", keyring, cipher)
+            self.rekey(f"client.{name}", keyring, cipher, caps)
         self.ceph("auth", "caps", f"client.{name}", *(
             part for entity, cap in caps.items() for part in (entity, cap)))
         conf = self.root / f"ceph.{name}.conf"
@@ -333,10 +333,11 @@ admin socket = {r}/run/$name.$pid.asok
         """What a Tentacle cluster needs for older clients: the monmap's allowed cephx ciphers."""
         self.ceph("mon", "set", "auth_allowed_ciphers", ",".join(ciphers))
 
-    def rekey(self, entity: str, keyring: pathlib.Path, cipher: str) -> None:
-        """Gives `entity` a new key of `cipher` (its caps kept), written to `keyring`."""
-        caps = json.loads(self.ceph("auth", "get", entity, "--format", "json"))[0]["caps"] \
-            if self._exists(entity) else {}
+    def rekey(self, entity: str, keyring: pathlib.Path, cipher: str, caps=None) -> None:
+        """Gives `entity` (made if new) a new key of `cipher`, written to `keyring`; with `caps`,
+        or its own."""
+        if caps is None:
+            caps = json.loads(self.ceph("auth", "get", entity, "--format", "json"))[0]["caps"]
         tmp = keyring.with_name(keyring.name + ".new")
         self._run(["ceph-authtool", "--create-keyring", str(tmp), "--gen-key", "-n", entity,
                    "--key-type", cipher, *(part for kind, cap in caps.items()
@@ -344,10 +345,6 @@ admin socket = {r}/run/$name.$pid.asok
         self.ceph("auth", "import", "-i", tmp)
         tmp.chmod(0o644)
         tmp.replace(keyring)
-
-    def _exists(self, entity: str) -> bool:
-        return any(e["entity"] == entity for e in json.loads(
-            self.ceph("auth", "ls", "--format", "json"))["auth_dump"])
 
     def create_pool(self, name: str) -> None:
         self.ceph("osd", "pool", "create", name, "8", "8")
