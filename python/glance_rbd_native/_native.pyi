@@ -24,6 +24,10 @@ class NotFound(RbdError):
 class PoolNotFound(NotFound):
     """The pool does not exist."""
 
+class PermissionDenied(RbdError):
+    """The cluster refused an operation to the user (EPERM or EACCES): its caps do not allow it.
+    The message names the operation, the pool, the user and the caps glance's user needs."""
+
 class ConnectError(RbdError):
     """The cluster could not be reached: configuration file, user, keyring or monitors."""
 
