@@ -245,6 +245,28 @@ impl Cluster {
             .count()
     }
 
+    /// Drops this connection from the cache, if it is there, when `err` is a refusal (EPERM,
+    /// EACCES): cephx tickets carry the caps they were issued with, so this connection would
+    /// go on being refused after the operator grants the missing caps, until its tickets are
+    /// renewed (an hour by default). The next transfer connects afresh and gets them; those
+    /// running keep this one until they end.
+    pub(crate) fn forget_if_refused(self: &Arc<Self>, err: &Error) {
+        if !matches!(err.errno(), Some(libc::EPERM | libc::EACCES)) {
+            return;
+        }
+        let mut guard = lock(&SHARED);
+        let entries = &mut this_process(&mut guard).entries;
+        let before = entries.len();
+        entries.retain(|_, entry| !matches!(entry, Entry::Ready(c) if Arc::ptr_eq(c, self)));
+        if entries.len() < before {
+            log::debug!(
+                "dropped the connection of {} ({}): it was refused",
+                self.entity,
+                self.settings
+            );
+        }
+    }
+
     /// Connects a configured handle, and reads the cluster's fsid.
     fn connect(mut cluster: Cluster) -> Result<Arc<Cluster>> {
         // SAFETY: the handle is live and configured.
@@ -450,6 +472,10 @@ unsafe impl Sync for IoCtx {}
 impl IoCtx {
     pub(crate) fn handle(&self) -> rados::rados_ioctx_t {
         self.handle
+    }
+
+    pub(crate) fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
     }
 
     /// `image` in this pool, acted on as this connection's entity: what errors name.

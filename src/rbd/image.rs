@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::ptr;
 use std::sync::Arc;
 
-use super::cluster::{IoCtx, cstring};
+use super::cluster::{Cluster, IoCtx, cstring};
 use super::ffi;
 use crate::error::{Error, Op, Result, Target, check};
 
@@ -53,7 +53,7 @@ pub(crate) struct Image {
     handle: ffi::RbdImage,
     target: Target,
     /// Kept alive while the image is open: librbd uses the ioctx until the image closes.
-    _ioctx: Arc<IoCtx>,
+    ioctx: Arc<IoCtx>,
 }
 
 // SAFETY: librbd image handles may be used from any thread; librbd serialises internally. This
@@ -85,7 +85,7 @@ impl Image {
         Ok(Image {
             handle,
             target,
-            _ioctx: ioctx,
+            ioctx,
         })
     }
 
@@ -104,6 +104,10 @@ impl Image {
 
     pub(crate) fn target(&self) -> &Target {
         &self.target
+    }
+
+    pub(crate) fn cluster(&self) -> &Arc<Cluster> {
+        self.ioctx.cluster()
     }
 
     pub(crate) fn resize(&self, size: u64) -> Result<()> {
