@@ -164,3 +164,12 @@ def _queue_logs_here() -> None:
 
 def _flush_logs() -> None:
     """Emits the records queued by background threads, from this (Python) thread."""
+
+def _connect_failure(
+    errno: int, *, conffile: Optional[str] = None, user: Optional[str] = None
+) -> str:
+    """The message of a connect with these settings that failed with `errno` at `rados_connect`:
+    the conf file read again, and what the keyring holds for the user. Nothing connects."""
+
+def _glance_caps(pool: str) -> str:
+    """The caps of glance's documented cephx user on `pool`, as `ceph auth caps` takes them."""

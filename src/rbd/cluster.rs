@@ -267,6 +267,17 @@ impl Cluster {
         }
     }
 
+    /// The error a connect with these settings gets when `rados_connect` fails with `errno`
+    /// (`glance-rbd-native`, which connects through the `rados` module, asks for it): every
+    /// step before the connect again, none of which touches the network, then what the
+    /// keyring holds.
+    pub(crate) fn connect_failure(options: &ConnectOptions, errno: i32) -> Error {
+        match Cluster::configured(options) {
+            Ok(cluster) => cluster.refused(-i64::from(errno)),
+            Err(err) => err,
+        }
+    }
+
     /// Connects a configured handle, and reads the cluster's fsid.
     fn connect(mut cluster: Cluster) -> Result<Arc<Cluster>> {
         // SAFETY: the handle is live and configured.
