@@ -6,19 +6,25 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
-    /// A librbd or librados call failed; `target` names the pool and image.
-    #[error("{op} {target} failed: {} (errno {errno})", strerror(*errno))]
+    /// A librbd or librados call failed; `target` names the pool and image. A refusal (EPERM,
+    /// EACCES) also names the user and the caps glance's user needs.
+    #[error("{}", ceph_message(*.op, .target, *.errno))]
     Ceph { op: Op, target: Target, errno: i32 },
     /// The cluster could not be reached or refused us; `settings` names the conf file and user.
+    /// `identity`, when the monitors were asked, says what the keyring holds: with the errno,
+    /// enough to tell an unusable or missing key from a refused one.
     #[error(
-        "cannot connect to the Ceph cluster{}: {step} failed: {} (errno {errno})",
+        "cannot connect to the Ceph cluster{}: {step} failed: {} (errno {errno}){}",
         settings.as_deref().map_or_else(String::new, |s| format!(" ({s})")),
-        strerror(*errno)
+        strerror(*errno),
+        identity.as_deref().and_then(|i| explain_connect(*errno, i))
+            .map_or_else(String::new, |why| format!(": {why}"))
     )]
     Connect {
         step: String,
         settings: Option<String>,
         errno: i32,
+        identity: Option<Box<Identity>>,
     },
     /// The caller asked for something impossible: bad argument or wrong state.
     #[error("{0}")]
@@ -100,11 +106,13 @@ impl fmt::Display for Op {
     }
 }
 
-/// What an operation acted on, for error messages: a pool, or an image in a pool.
+/// What an operation acted on, for error messages: a pool, or an image in a pool; and, when
+/// known, the cephx entity that acted ("client.glance"), named when it is refused.
 #[derive(Debug, Clone)]
 pub struct Target {
     pub pool: String,
     pub image: Option<String>,
+    pub entity: Option<String>,
 }
 
 impl Target {
@@ -112,6 +120,7 @@ impl Target {
         Target {
             pool: pool.to_owned(),
             image: None,
+            entity: None,
         }
     }
 
@@ -119,7 +128,13 @@ impl Target {
         Target {
             pool: pool.to_owned(),
             image: Some(image.to_owned()),
+            entity: None,
         }
+    }
+
+    pub(crate) fn by(mut self, entity: &str) -> Self {
+        self.entity = Some(entity.to_owned());
+        self
     }
 }
 
@@ -129,6 +144,138 @@ impl fmt::Display for Target {
             Some(image) => write!(f, "image '{image}' in pool '{}'", self.pool),
             None => write!(f, "pool '{}'", self.pool),
         }
+    }
+}
+
+/// The cephx entity a connection authenticates as, and what its keyring holds for it, read
+/// the way librados reads it (`rbd::keyring`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// "client.glance"; "client.admin" when no user is given (librados' default).
+    pub entity: String,
+    pub keyring: Keyring,
+}
+
+/// The keyring librados loads for a connection: the first file of its `keyring` option that
+/// exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keyring {
+    /// What the file holds for the entity, and the first key in it that is not a legacy aes key,
+    /// by entity: librados refuses the whole file for one key it cannot parse.
+    File {
+        path: String,
+        key: Key,
+        other: Option<(String, Key)>,
+    },
+    /// The file is there, and this process cannot read it.
+    Unreadable { path: String, reason: String },
+    /// None of the files exists.
+    Missing { searched: String },
+    /// The key comes from the `key` or `keyfile` option: not looked into.
+    Elsewhere,
+}
+
+/// A key of a keyring file, as its base64 text decodes: a cephx CryptoKey is a type (u16),
+/// a creation time (two u32), the length of the secret (u16), then the secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    /// Type 1, 16 bytes: the legacy aes key every Ceph release reads ("AQ..." in base64).
+    Aes,
+    /// Type 2, 32 bytes: the aes256k key of Ceph 20 (Tentacle) on ("Ag..."), which older
+    /// clients cannot parse.
+    Aes256k,
+    /// The file has no key for the entity.
+    Absent,
+    /// Not a cephx key this crate knows, and why.
+    Bad(String),
+}
+
+/// The caps of glance's documented cephx user on `pool`, as `ceph auth caps` takes them.
+pub fn glance_caps(pool: &str) -> String {
+    format!("mon 'profile rbd' osd 'profile rbd pool={pool}' mgr 'profile rbd pool={pool}'")
+}
+
+fn ceph_message(op: Op, target: &Target, errno: i32) -> String {
+    if !matches!(errno, libc::EPERM | libc::EACCES) {
+        return format!("{op} {target} failed: {} (errno {errno})", strerror(errno));
+    }
+    let by = target
+        .entity
+        .as_deref()
+        .map_or_else(String::new, |entity| format!(" as {entity}"));
+    let check = target.entity.as_deref().map_or_else(String::new, |entity| {
+        format!("; `ceph auth get {entity}` shows the caps it has")
+    });
+    format!(
+        "{op} {target}{by} was refused: {} (errno {errno}): glance's cephx user needs the caps \
+         {}{check}",
+        strerror(errno),
+        glance_caps(&target.pool)
+    )
+}
+
+/// What the keyring says of a connect that failed with `errno`: only what it proves, and
+/// nothing for errors it has no part in (a monitor that does not answer).
+fn explain_connect(errno: i32, identity: &Identity) -> Option<String> {
+    let entity = &identity.entity;
+    match (&identity.keyring, errno) {
+        (Keyring::Unreadable { path, reason }, libc::EACCES | libc::ENOENT | libc::EIO) => Some(
+            format!("keyring {path} of {entity} cannot be read by this process: {reason}"),
+        ),
+        (Keyring::Missing { searched }, libc::ENOENT | libc::EACCES) => Some(format!(
+            "no keyring for {entity}: none of {searched} exists"
+        )),
+        // librados fails the whole file when it cannot parse one of its keys.
+        (
+            Keyring::File {
+                path,
+                other: Some((owner, key)),
+                ..
+            },
+            libc::EIO,
+        ) => Some(unparsable(path, owner, key)),
+        (
+            Keyring::File {
+                path,
+                key: Key::Absent,
+                ..
+            },
+            libc::EACCES,
+        ) => Some(format!("keyring {path} has no key for {entity}")),
+        (Keyring::File { path, key, .. }, libc::EACCES) => {
+            let mut why = format!(
+                "authentication failed for {entity} with keyring {path}: the monitors refused \
+                 it, as they do when the key is not the cluster's key of {entity}, when the \
+                 cluster has no {entity}, or when it has no mon caps (glance's user needs mon \
+                 'profile rbd'); `ceph auth get {entity}` on the cluster shows its key and caps"
+            );
+            if *key == Key::Aes {
+                why.push_str(
+                    "; a Ceph 20 (Tentacle) cluster also refuses legacy aes keys such as this \
+                     one unless its monitors allow them (`ceph mon set auth_allowed_ciphers \
+                     aes,aes256k`; a new cluster allows aes256k alone)",
+                );
+            }
+            Some(why)
+        }
+        _ => None,
+    }
+}
+
+/// The key of `owner` in keyring `path` that this client could not parse.
+fn unparsable(path: &str, owner: &str, key: &Key) -> String {
+    match key {
+        Key::Aes256k => format!(
+            "this client cannot parse keyring {path}: the key of {owner} there is an aes256k \
+             key (cephx key type 2), which needs a Ceph 20 (Tentacle) client; use one on this \
+             host, or give {owner} a legacy aes key (`ceph-authtool KEYRING --gen-key -n \
+             {owner} --key-type aes`, with its caps, then `ceph auth import -i KEYRING`) and let \
+             the cluster accept it (`ceph mon set auth_allowed_ciphers aes,aes256k`)"
+        ),
+        Key::Bad(why) => {
+            format!("this client cannot parse keyring {path}: the key of {owner} there is {why}")
+        }
+        Key::Aes | Key::Absent => format!("this client cannot parse keyring {path}"),
     }
 }
 
@@ -235,6 +382,7 @@ mod tests {
             step: "reading the configuration file".into(),
             settings: Some("conf /etc/missing.conf, user admin".into()),
             errno: libc::ENOENT,
+            identity: None,
         };
         assert_eq!(
             err.to_string(),
@@ -245,11 +393,158 @@ mod tests {
             step: "reading option 'rbd_default_features'".into(),
             settings: None,
             errno: libc::ENOENT,
+            identity: None,
         };
         assert_eq!(
             err.to_string(),
             "cannot connect to the Ceph cluster: reading option 'rbd_default_features' \
              failed: No such file or directory (errno 2)"
+        );
+    }
+
+    #[test]
+    fn a_refusal_names_the_user_and_the_caps_glance_needs() {
+        let target = Target::image("images", "abc").by("client.glance");
+        assert_eq!(
+            Error::ceph(Op::Create, &target, -1).to_string(),
+            "creating image 'abc' in pool 'images' as client.glance was refused: Operation not \
+             permitted (errno 1): glance's cephx user needs the caps mon 'profile rbd' osd \
+             'profile rbd pool=images' mgr 'profile rbd pool=images'; `ceph auth get \
+             client.glance` shows the caps it has"
+        );
+        // Other errors of the same target read as before.
+        assert_eq!(
+            Error::ceph(Op::Create, &target, -17).to_string(),
+            "creating image 'abc' in pool 'images' failed: File exists (errno 17)"
+        );
+        assert_eq!(
+            Error::ceph(Op::Open, &Target::pool("vms"), -13).to_string(),
+            "opening pool 'vms' was refused: Permission denied (errno 13): glance's cephx user \
+             needs the caps mon 'profile rbd' osd 'profile rbd pool=vms' mgr 'profile rbd \
+             pool=vms'"
+        );
+    }
+
+    fn refused_connect(errno: i32, keyring: Keyring) -> String {
+        Error::Connect {
+            step: "connecting to the monitors".into(),
+            settings: Some("conf /etc/ceph/ceph.conf, user glance".into()),
+            errno,
+            identity: Some(Box::new(Identity {
+                entity: "client.glance".into(),
+                keyring,
+            })),
+        }
+        .to_string()
+    }
+
+    fn file(key: Key, other: Option<(&str, Key)>) -> Keyring {
+        Keyring::File {
+            path: "/etc/ceph/ceph.client.glance.keyring".into(),
+            key,
+            other: other.map(|(owner, key)| (owner.to_owned(), key)),
+        }
+    }
+
+    const PREFIX: &str = "cannot connect to the Ceph cluster (conf /etc/ceph/ceph.conf, user \
+                          glance): connecting to the monitors failed: ";
+
+    #[test]
+    fn a_key_this_client_cannot_parse_is_named_with_its_keyring() {
+        let keyring = file(Key::Aes256k, Some(("client.glance", Key::Aes256k)));
+        assert_eq!(
+            refused_connect(libc::EIO, keyring),
+            format!(
+                "{PREFIX}Input/output error (errno 5): this client cannot parse keyring \
+                 /etc/ceph/ceph.client.glance.keyring: the key of client.glance there is an \
+                 aes256k key (cephx key type 2), which needs a Ceph 20 (Tentacle) client; use \
+                 one on this host, or give client.glance a legacy aes key (`ceph-authtool \
+                 KEYRING --gen-key -n client.glance --key-type aes`, with its caps, then `ceph \
+                 auth import -i KEYRING`) and let the cluster accept it (`ceph mon set \
+                 auth_allowed_ciphers aes,aes256k`)"
+            )
+        );
+        // Another entity's key fails the whole file.
+        let keyring = file(
+            Key::Aes,
+            Some(("client.admin", Key::Bad("not base64".into()))),
+        );
+        assert_eq!(
+            refused_connect(libc::EIO, keyring),
+            format!(
+                "{PREFIX}Input/output error (errno 5): this client cannot parse keyring \
+                 /etc/ceph/ceph.client.glance.keyring: the key of client.admin there is not \
+                 base64"
+            )
+        );
+        // Nothing found wrong in the file: no claim about it.
+        assert_eq!(
+            refused_connect(libc::EIO, file(Key::Aes, None)),
+            format!("{PREFIX}Input/output error (errno 5)")
+        );
+    }
+
+    #[test]
+    fn a_refused_authentication_names_the_user_and_the_keyring() {
+        let expected = format!(
+            "{PREFIX}Permission denied (errno 13): authentication failed for client.glance \
+             with keyring /etc/ceph/ceph.client.glance.keyring: the monitors refused it, as \
+             they do when the key is not the cluster's key of client.glance, when the cluster \
+             has no client.glance, or when it has no mon caps (glance's user needs mon \
+             'profile rbd'); `ceph auth get client.glance` on the cluster shows its key and caps"
+        );
+        assert_eq!(
+            refused_connect(libc::EACCES, file(Key::Aes256k, None)),
+            expected
+        );
+        assert_eq!(
+            refused_connect(libc::EACCES, file(Key::Aes, None)),
+            format!(
+                "{expected}; a Ceph 20 (Tentacle) cluster also refuses legacy aes keys such as \
+                 this one unless its monitors allow them (`ceph mon set auth_allowed_ciphers \
+                 aes,aes256k`; a new cluster allows aes256k alone)"
+            )
+        );
+        assert_eq!(
+            refused_connect(libc::EACCES, file(Key::Absent, None)),
+            format!(
+                "{PREFIX}Permission denied (errno 13): keyring \
+                 /etc/ceph/ceph.client.glance.keyring has no key for client.glance"
+            )
+        );
+        let unreadable = Keyring::Unreadable {
+            path: "/etc/ceph/ceph.client.glance.keyring".into(),
+            reason: "Permission denied".into(),
+        };
+        assert_eq!(
+            refused_connect(libc::EACCES, unreadable),
+            format!(
+                "{PREFIX}Permission denied (errno 13): keyring \
+                 /etc/ceph/ceph.client.glance.keyring of client.glance cannot be read by this \
+                 process: Permission denied"
+            )
+        );
+        let missing = Keyring::Missing {
+            searched: "/etc/ceph/ceph.client.glance.keyring, /etc/ceph/ceph.keyring".into(),
+        };
+        assert_eq!(
+            refused_connect(libc::ENOENT, missing),
+            format!(
+                "{PREFIX}No such file or directory (errno 2): no keyring for client.glance: \
+                 none of /etc/ceph/ceph.client.glance.keyring, /etc/ceph/ceph.keyring exists"
+            )
+        );
+    }
+
+    #[test]
+    fn the_keyring_is_not_blamed_for_what_it_has_no_part_in() {
+        assert_eq!(
+            refused_connect(libc::ETIMEDOUT, file(Key::Aes256k, None)),
+            format!("{PREFIX}Connection timed out (errno 110)")
+        );
+        assert_eq!(
+            refused_connect(libc::EACCES, Keyring::Elsewhere),
+            format!("{PREFIX}Permission denied (errno 13)")
         );
     }
 

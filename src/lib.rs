@@ -21,7 +21,7 @@ pub use transfer::upload::{Summary, Upload, UploadOptions};
 
 use pyo3::prelude::*;
 
-use bindings::{exceptions, logbridge, process, reader, writer};
+use bindings::{cephx, exceptions, logbridge, process, reader, writer};
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -36,6 +36,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(process::transfers, module)?)?;
     module.add_function(wrap_pyfunction!(logbridge::queue_logs_here, module)?)?;
     module.add_function(wrap_pyfunction!(logbridge::flush_logs, module)?)?;
+    module.add_function(wrap_pyfunction!(cephx::connect_failure, module)?)?;
+    module.add_function(wrap_pyfunction!(cephx::glance_caps, module)?)?;
     module.add("DEFAULT_MAX_IN_FLIGHT", transfer::shares::DEFAULT_BOUND)?;
     module.add("ZERO_BLOCK", transfer::zeros::BLOCK)?;
     exceptions::register(module)?;

@@ -340,7 +340,7 @@ def test_the_command_says_what_is_wrong(cluster, tmp_path, conf_file):
                                                     "rbd_store_user = elsewhere").replace(
         f"rbd_store_ceph_conf = {cluster.conf_path}", f"rbd_store_ceph_conf = {other}"))
     code, _, err = cli(denied, "status", check=False)
-    assert code == 1 and "permission denied" in err and "profile rbd" in err, err
+    assert code == 1 and "refused client.elsewhere" in err and "profile rbd" in err, err
 
     unreachable = tmp_path / "unreachable.conf"
     ceph_conf = tmp_path / "ceph.conf"

@@ -24,6 +24,10 @@ class NotFound(RbdError):
 class PoolNotFound(NotFound):
     """The pool does not exist."""
 
+class PermissionDenied(RbdError):
+    """The cluster refused an operation to the user (EPERM or EACCES): its caps do not allow it.
+    The message names the operation, the pool, the user and the caps glance's user needs."""
+
 class ConnectError(RbdError):
     """The cluster could not be reached: configuration file, user, keyring or monitors."""
 
@@ -160,3 +164,12 @@ def _queue_logs_here() -> None:
 
 def _flush_logs() -> None:
     """Emits the records queued by background threads, from this (Python) thread."""
+
+def _connect_failure(
+    errno: int, *, conffile: Optional[str] = None, user: Optional[str] = None
+) -> str:
+    """The message of a connect with these settings that failed with `errno` at `rados_connect`:
+    the conf file read again, and what the keyring holds for the user. Nothing connects."""
+
+def _glance_caps(pool: str) -> str:
+    """The caps of glance's documented cephx user on `pool`, as `ceph auth caps` takes them."""

@@ -146,22 +146,33 @@ def _single_store_types(conf):
 
 def _run(args, backend):
     import rados
+    import rbd
+
+    from glance_rbd_native import _native
 
     try:
         cluster = leftovers.connect(backend.conffile, backend.user, backend.timeout)
     except rados.Error as exc:
-        raise Failure(f"backend {backend.name}: cannot connect to the Ceph cluster (conf "
-                      f"{backend.conffile or 'default'}, user {backend.user or 'default'}): "
-                      f"{exc}") from exc
+        errno = getattr(exc, "errno", None)
+        if errno is None:
+            raise Failure(f"backend {backend.name}: cannot connect to the Ceph cluster (conf "
+                          f"{backend.conffile or 'default'}, user {backend.user or 'default'}): "
+                          f"{exc}") from exc
+        # The native driver's words for it, with what the keyring holds.
+        why = _native._connect_failure(errno, conffile=backend.conffile, user=backend.user)
+        raise Failure(f"backend {backend.name}: {why}") from exc
+    entity = f"client.{backend.user or 'admin'}"
     try:
         with cluster.open_ioctx(backend.pool) as ioctx:
             return _look(args, backend, cluster, ioctx)
     except rados.ObjectNotFound as exc:
         raise Failure(f"backend {backend.name}: pool {backend.pool!r} not found") from exc
-    except (rados.PermissionError, PermissionError) as exc:
-        raise Failure(f"backend {backend.name}: permission denied in pool {backend.pool!r} for "
-                      f"user {backend.user or 'default'} ({exc}); glance's user needs mon "
-                      f"'profile rbd', osd 'profile rbd pool={backend.pool}'") from exc
+    except (rados.PermissionError, rados.PermissionDeniedError, rbd.PermissionError,
+            PermissionError) as exc:
+        raise Failure(f"backend {backend.name}: the cluster refused {entity} in pool "
+                      f"{backend.pool!r} ({exc}): glance's cephx user needs the caps "
+                      f"{_native._glance_caps(backend.pool)}; `ceph auth get {entity}` shows "
+                      "the caps it has") from exc
     except rados.Error as exc:
         raise Failure(f"backend {backend.name}: {exc}") from exc
     finally:

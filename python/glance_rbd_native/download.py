@@ -20,7 +20,13 @@ from glance_store import exceptions
 from glance_store.i18n import _
 
 from glance_rbd_native import compat, errors, green, progress, settings
-from glance_rbd_native._native import ConnectError, NotFound, PoolNotFound, RbdReader
+from glance_rbd_native._native import (
+    ConnectError,
+    NotFound,
+    PermissionDenied,
+    PoolNotFound,
+    RbdReader,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -92,6 +98,8 @@ def _chunks(open_reader, image):
     except NotFound as exc:
         # Missing from the start, or deleted while being read.
         raise exceptions.NotFound(_('RBD image %s does not exist') % image) from exc
+    except PermissionDenied as exc:
+        raise errors.refused(exc) from exc
 
 
 def _open_located(store, loc):
@@ -123,3 +131,5 @@ def _open(store, pool, image, snapshot):
         raise errors.unreachable(store, exc) from exc
     except PoolNotFound as exc:
         raise errors.missing_pool(exc) from exc
+    except PermissionDenied as exc:
+        raise errors.refused(exc) from exc

@@ -5,7 +5,30 @@ import logging
 from glance_store import exceptions
 from glance_store.i18n import _LE, _
 
+try:
+    from rbd import PermissionError as _StockPermissionError
+except ImportError:  # no Ceph bindings: glance_store's rbd store cannot be configured either
+    _StockPermissionError = PermissionError
+
 LOG = logging.getLogger(__name__)
+
+
+class Refused(_StockPermissionError):
+    """librbd's ``rbd.PermissionError``, which the stock driver lets escape when the cluster
+    refuses its user an operation, carrying the native message: the operation, the pool, the
+    user, and the caps glance's user needs."""
+
+    def __init__(self, message, errno):
+        # Not rbd's: it wraps the message in "RBD permission error (...)", and its __str__
+        # prefixes "[errno N]", which the native message holds already.
+        Exception.__init__(self, message)
+        self.errno = errno
+
+    def __str__(self):
+        return self.args[0]
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.errno))
 
 
 def unreachable(store, exc):
@@ -23,6 +46,13 @@ def missing_pool(exc):
     """Stock lets rados.ObjectNotFound escape for a missing pool; this names the pool."""
     LOG.error("%s", exc)
     return exceptions.BackendException(str(exc))
+
+
+def refused(exc):
+    """Stock's type for an operation the cluster refused (EPERM, EACCES), with the native
+    message."""
+    LOG.error("%s", exc.strerror)
+    return Refused(exc.strerror, exc.errno)
 
 
 def storage_full(image_name, exc):

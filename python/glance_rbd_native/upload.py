@@ -24,6 +24,7 @@ from glance_rbd_native._native import (
     ConnectError,
     ImageExists,
     NoSpace,
+    PermissionDenied,
     PoolNotFound,
     RbdWriter,
     native_digests,
@@ -76,6 +77,8 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
         green.call(writer.finish)  # drain, trim, snapshot; aborts itself on failure
     except NoSpace as exc:
         raise errors.storage_full(image_name, exc) from exc
+    except PermissionDenied as exc:
+        raise errors.refused(exc) from exc
     except Exception as exc:
         LOG.error(_LE("Failed to store image %(img_name)s "
                       "Store Exception %(store_exc)s"),
@@ -140,6 +143,8 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
         raise errors.unreachable(store, exc) from exc
     except PoolNotFound as exc:
         raise errors.missing_pool(exc) from exc
+    except PermissionDenied as exc:
+        raise errors.refused(exc) from exc
 
 
 def _reclaim(conffile, user, timeout, pool, image_name):

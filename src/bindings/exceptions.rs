@@ -37,6 +37,13 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     glance_rbd_native,
+    PermissionDenied,
+    RbdError,
+    "The cluster refused an operation to the user (EPERM or EACCES): its caps do not allow it. \
+     The message names the operation, the pool, the user and the caps glance's user needs."
+);
+pyo3::create_exception!(
+    glance_rbd_native,
     ConnectError,
     RbdError,
     "The cluster could not be reached: configuration file, user, keyring or monitors."
@@ -64,6 +71,7 @@ impl From<Error> for PyErr {
                     libc::EEXIST => ImageExists::new_err(args),
                     libc::ENOENT if target.image.is_none() => PoolNotFound::new_err(args),
                     libc::ENOENT => NotFound::new_err(args),
+                    libc::EPERM | libc::EACCES => PermissionDenied::new_err(args),
                     _ => RbdError::new_err(args),
                 }
             }
@@ -78,6 +86,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("ImageExists", py.get_type::<ImageExists>())?;
     module.add("NotFound", py.get_type::<NotFound>())?;
     module.add("PoolNotFound", py.get_type::<PoolNotFound>())?;
+    module.add("PermissionDenied", py.get_type::<PermissionDenied>())?;
     module.add("ConnectError", py.get_type::<ConnectError>())?;
     module.add("InternalError", py.get_type::<InternalError>())?;
     Ok(())
@@ -117,6 +126,7 @@ mod tests {
             step: "connecting to the monitors".into(),
             settings: None,
             errno: libc::ETIMEDOUT,
+            identity: None,
         };
         converted(error, |py, err| {
             assert!(err.is_instance_of::<ConnectError>(py));
@@ -140,6 +150,8 @@ mod tests {
                 "PoolNotFound",
             ),
             (Op::Open, &image, libc::ENOENT, "NotFound"),
+            (Op::Create, &image, libc::EPERM, "PermissionDenied"),
+            (Op::Open, &image, libc::EACCES, "PermissionDenied"),
             (Op::Flush, &image, libc::EIO, "RbdError"),
         ];
         for (op, target, errno, class) in cases {

@@ -2,6 +2,7 @@
 //! layer that may use PyO3; `rbd` and `transfer` know nothing of it.
 
 pub(crate) mod buffer;
+pub(crate) mod cephx;
 pub(crate) mod detach;
 pub(crate) mod exceptions;
 pub(crate) mod logbridge;

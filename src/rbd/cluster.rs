@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use ceph::rados;
 
-use super::{exit, ffi};
-use crate::error::{Error, Op, Result, Target, check, errno_of};
+use super::{exit, ffi, keyring};
+use crate::error::{Error, Identity, Keyring, Op, Result, Target, check, errno_of};
 
 /// Everything that makes two connections different. Transfers with equal settings share one
 /// handle, so glance-api keeps one cluster connection per backend instead of one per request.
@@ -45,6 +45,8 @@ pub struct Cluster {
     fsid: String,
     /// The conf file and user, for errors.
     settings: String,
+    /// The cephx entity it authenticates as, for errors: "client.glance".
+    entity: String,
 }
 
 // SAFETY: a connected rados_t may be used from any thread; librados locks internally.
@@ -203,6 +205,7 @@ impl Cluster {
                 step: "connecting while the process is exiting".into(),
                 settings: Some(describe(options)),
                 errno: libc::ECANCELED,
+                identity: None,
             });
         }
         let shared = &mut shared.entries;
@@ -223,7 +226,7 @@ impl Cluster {
             attempt,
             outcome: None,
         };
-        let outcome = Cluster::connect(options).map(Arc::new);
+        let outcome = Cluster::configured(options).and_then(Cluster::connect);
         if outcome.is_ok() {
             // After the connect: libceph-common registers some of its static destructors
             // lazily, at the first connect, and the handler must run before them.
@@ -242,9 +245,58 @@ impl Cluster {
             .count()
     }
 
-    /// Connects as the `rados` Python binding does for glance: read the conf file, apply
-    /// `CEPH_ARGS`, set the timeouts, connect.
-    fn connect(options: &ConnectOptions) -> Result<Cluster> {
+    /// Drops this connection from the cache, if it is there, when `err` is a refusal (EPERM,
+    /// EACCES): cephx tickets carry the caps they were issued with, so this connection would
+    /// go on being refused after the operator grants the missing caps, until its tickets are
+    /// renewed (an hour by default). The next transfer connects afresh and gets them; those
+    /// running keep this one until they end.
+    pub(crate) fn forget_if_refused(self: &Arc<Self>, err: &Error) {
+        if !matches!(err.errno(), Some(libc::EPERM | libc::EACCES)) {
+            return;
+        }
+        let mut guard = lock(&SHARED);
+        let entries = &mut this_process(&mut guard).entries;
+        let before = entries.len();
+        entries.retain(|_, entry| !matches!(entry, Entry::Ready(c) if Arc::ptr_eq(c, self)));
+        if entries.len() < before {
+            log::debug!(
+                "dropped the connection of {} ({}): it was refused",
+                self.entity,
+                self.settings
+            );
+        }
+    }
+
+    /// The error a connect with these settings gets when `rados_connect` fails with `errno`
+    /// (`glance-rbd-native`, which connects through the `rados` module, asks for it): every
+    /// step before the connect again, none of which touches the network, then what the
+    /// keyring holds.
+    pub(crate) fn connect_failure(options: &ConnectOptions, errno: i32) -> Error {
+        match Cluster::configured(options) {
+            Ok(cluster) => cluster.refused(-i64::from(errno)),
+            Err(err) => err,
+        }
+    }
+
+    /// Connects a configured handle, and reads the cluster's fsid.
+    fn connect(mut cluster: Cluster) -> Result<Arc<Cluster>> {
+        // SAFETY: the handle is live and configured.
+        let ret = unsafe { rados::rados_connect(cluster.handle) };
+        if ret < 0 {
+            return Err(cluster.refused(ret.into()));
+        }
+        cluster.fsid = cluster.read_fsid()?;
+        log::debug!(
+            "connected to Ceph cluster {} ({})",
+            cluster.fsid,
+            cluster.settings
+        );
+        Ok(Arc::new(cluster))
+    }
+
+    /// A handle for these settings, configured as the `rados` Python binding does for glance:
+    /// the conf file read, `CEPH_ARGS` applied, the timeouts set; not connected yet.
+    fn configured(options: &ConnectOptions) -> Result<Cluster> {
         let settings = describe(options);
         let user = options.user.as_deref().map(cstring).transpose()?;
         let mut handle: rados::rados_t = ptr::null_mut();
@@ -260,6 +312,7 @@ impl Cluster {
                 step: "creating the cluster handle".into(),
                 settings: Some(settings),
                 errno: errno_of(ret.into()),
+                identity: None,
             });
         }
         // From here on, `cluster` owns the handle and shuts it down on every exit path.
@@ -267,6 +320,8 @@ impl Cluster {
             handle,
             fsid: String::new(),
             settings,
+            // librados' default id is "admin"; a user is an id, without the "client." prefix.
+            entity: format!("client.{}", options.user.as_deref().unwrap_or("admin")),
         };
         let conf = options.conf_file.as_deref().map(cstring).transpose()?;
         // SAFETY: the handle is live; conf is NUL-terminated or null (search default paths).
@@ -296,22 +351,36 @@ impl Cluster {
                 cluster.conf_set(key, &timeout.to_string())?;
             }
         }
-        // SAFETY: the handle is live and configured.
-        let ret = unsafe { rados::rados_connect(handle) };
-        if ret < 0 {
-            return Err(cluster.error("connecting to the monitors", ret.into()));
-        }
-        cluster.fsid = cluster.read_fsid()?;
-        log::debug!(
-            "connected to Ceph cluster {} ({})",
-            cluster.fsid,
-            cluster.settings
-        );
         Ok(cluster)
+    }
+
+    /// The failure of `rados_connect`, with what the keyring holds for this entity.
+    fn refused(&self, ret: i64) -> Error {
+        let keyring = match (self.conf_get("key"), self.conf_get("keyfile")) {
+            (Ok(key), Ok(file)) if key.is_empty() && file.is_empty() => {
+                self.conf_get("keyring").map_or(Keyring::Elsewhere, |list| {
+                    keyring::inspect(&self.entity, &list)
+                })
+            }
+            _ => Keyring::Elsewhere,
+        };
+        Error::Connect {
+            step: "connecting to the monitors".into(),
+            settings: Some(self.settings.clone()),
+            errno: errno_of(ret),
+            identity: Some(Box::new(Identity {
+                entity: self.entity.clone(),
+                keyring,
+            })),
+        }
     }
 
     pub(crate) fn fsid(&self) -> &str {
         &self.fsid
+    }
+
+    pub(crate) fn entity(&self) -> &str {
+        &self.entity
     }
 
     /// A configuration value as librados sees it (conf file, `CEPH_ARGS`, then defaults).
@@ -361,7 +430,7 @@ impl Cluster {
 
     /// An I/O context on `pool`. It keeps the cluster alive for as long as it lives.
     pub fn pool(self: &Arc<Self>, pool: &str) -> Result<IoCtx> {
-        let target = Target::pool(pool);
+        let target = Target::pool(pool).by(&self.entity);
         let pool_c = cstring(pool)?;
         let mut handle: rados::rados_ioctx_t = ptr::null_mut();
         // SAFETY: the cluster is connected; handle is a valid out-pointer.
@@ -373,7 +442,7 @@ impl Cluster {
         Ok(IoCtx {
             handle,
             pool: pool.to_owned(),
-            _cluster: Arc::clone(self),
+            cluster: Arc::clone(self),
         })
     }
 }
@@ -385,6 +454,7 @@ impl Cluster {
             step: step.into(),
             settings: Some(self.settings.clone()),
             errno: errno_of(ret),
+            identity: None,
         }
     }
 }
@@ -401,7 +471,7 @@ impl Drop for Cluster {
 pub struct IoCtx {
     handle: rados::rados_ioctx_t,
     pool: String,
-    _cluster: Arc<Cluster>,
+    cluster: Arc<Cluster>,
 }
 
 // SAFETY: librados I/O contexts are safe to share for I/O; this type never changes the ioctx's
@@ -415,8 +485,13 @@ impl IoCtx {
         self.handle
     }
 
-    pub(crate) fn pool(&self) -> &str {
-        &self.pool
+    pub(crate) fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// `image` in this pool, acted on as this connection's entity: what errors name.
+    pub(crate) fn target(&self, image: &str) -> Target {
+        Target::image(&self.pool, image).by(self.cluster.entity())
     }
 }
 

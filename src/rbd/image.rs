@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::ptr;
 use std::sync::Arc;
 
-use super::cluster::{IoCtx, cstring};
+use super::cluster::{Cluster, IoCtx, cstring};
 use super::ffi;
 use crate::error::{Error, Op, Result, Target, check};
 
@@ -16,7 +16,7 @@ pub(crate) fn create(ioctx: &IoCtx, name: &str, size: u64, features: u64, order:
     // SAFETY: the ioctx is live; order is an in/out parameter librbd may adjust.
     let ret =
         unsafe { ffi::rbd_create2(ioctx.handle(), name_c.as_ptr(), size, features, &mut order) };
-    check(ret.into(), Op::Create, &Target::image(ioctx.pool(), name))?;
+    check(ret.into(), Op::Create, &ioctx.target(name))?;
     Ok(())
 }
 
@@ -25,7 +25,7 @@ pub(crate) fn remove(ioctx: &IoCtx, name: &str) -> Result<()> {
     let name_c = cstring(name)?;
     // SAFETY: the ioctx is live; name_c is NUL-terminated.
     let ret = unsafe { ffi::rbd_remove(ioctx.handle(), name_c.as_ptr()) };
-    check(ret.into(), Op::Remove, &Target::image(ioctx.pool(), name))?;
+    check(ret.into(), Op::Remove, &ioctx.target(name))?;
     Ok(())
 }
 
@@ -53,7 +53,7 @@ pub(crate) struct Image {
     handle: ffi::RbdImage,
     target: Target,
     /// Kept alive while the image is open: librbd uses the ioctx until the image closes.
-    _ioctx: Arc<IoCtx>,
+    ioctx: Arc<IoCtx>,
 }
 
 // SAFETY: librbd image handles may be used from any thread; librbd serialises internally. This
@@ -80,12 +80,12 @@ impl Image {
                 snap_c.as_ref().map_or(ptr::null(), |s| s.as_ptr()),
             )
         };
-        let target = Target::image(ioctx.pool(), name);
+        let target = ioctx.target(name);
         check(ret.into(), Op::Open, &target)?;
         Ok(Image {
             handle,
             target,
-            _ioctx: ioctx,
+            ioctx,
         })
     }
 
@@ -104,6 +104,10 @@ impl Image {
 
     pub(crate) fn target(&self) -> &Target {
         &self.target
+    }
+
+    pub(crate) fn cluster(&self) -> &Arc<Cluster> {
+        self.ioctx.cluster()
     }
 
     pub(crate) fn resize(&self, size: u64) -> Result<()> {

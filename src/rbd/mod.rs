@@ -6,4 +6,5 @@ pub(crate) mod completion;
 mod exit;
 pub(crate) mod ffi;
 pub(crate) mod image;
+pub(crate) mod keyring;
 pub(crate) mod omap;

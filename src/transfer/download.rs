@@ -64,6 +64,10 @@ pub struct Download<D: Destination> {
 impl<D: Destination> Download<D> {
     /// Opens the image, at the snapshot if one is named; nothing is read yet.
     pub fn open(cluster: &Arc<Cluster>, options: &DownloadOptions) -> Result<Self> {
+        Self::open_image(cluster, options).inspect_err(|err| cluster.forget_if_refused(err))
+    }
+
+    fn open_image(cluster: &Arc<Cluster>, options: &DownloadOptions) -> Result<Self> {
         if options.chunk_size == 0 {
             return Err(Error::Usage("chunk_size must be at least 1 byte".into()));
         }
@@ -141,6 +145,11 @@ impl<D: Destination> Download<D> {
 
     /// The next chunk, in order, once it has arrived; None at the end of the image.
     pub fn next_chunk(&mut self, poll: Poll) -> Result<Option<D>> {
+        self.read_next(poll)
+            .inspect_err(|err| self.image.cluster().forget_if_refused(err))
+    }
+
+    fn read_next(&mut self, poll: Poll) -> Result<Option<D>> {
         let _call = self.progress.call();
         let Some(oldest) = self.queue.front() else {
             self.share.leave();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::background;
 use super::mark;
-use crate::error::{Error, Target};
+use crate::error::Error;
 use crate::rbd::cluster::IoCtx;
 use crate::rbd::image::{self, Image};
 
@@ -41,7 +41,7 @@ pub(crate) fn remove_later(
 ) {
     log::warn!(
         "could not remove {} ({reason}); retrying in the background",
-        Target::image(ioctx.pool(), image)
+        ioctx.target(image)
     );
     let leftover = Leftover {
         open,
@@ -88,7 +88,7 @@ fn run(queue: Receiver<Leftover>) {
             if leftover.next_try > now {
                 return true;
             }
-            let target = Target::image(leftover.ioctx.pool(), &leftover.image);
+            let target = leftover.ioctx.target(&leftover.image);
             let snapshot = leftover.snapshot.as_deref();
             match image::remove_with_snapshot(&leftover.ioctx, &leftover.image, snapshot) {
                 Ok(()) => {

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::error::{Op, Target};
+use crate::error::Op;
 use crate::rbd::cluster::IoCtx;
 use crate::rbd::omap;
 
@@ -87,14 +87,14 @@ impl Mark {
             self.fixed,
             unix_now()
         );
-        let target = Target::image(self.ioctx.pool(), &self.image);
+        let target = self.ioctx.target(&self.image);
         omap::set(&self.ioctx, INDEX, &self.image, &value, Op::Mark, &target)
     }
 }
 
 /// Removes the mark of `image`, if any; a failure is logged (`sweep` drops stale marks).
 pub(crate) fn unmark(ioctx: &IoCtx, image: &str) {
-    let target = Target::image(ioctx.pool(), image);
+    let target = ioctx.target(image);
     if let Err(err) = omap::remove(ioctx, INDEX, image, Op::Unmark, &target) {
         log::warn!("{err}");
     }

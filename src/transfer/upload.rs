@@ -89,6 +89,10 @@ pub struct Upload {
 impl Upload {
     /// Creates and opens the image. An image that already exists is left untouched.
     pub fn start(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {
+        Self::create(cluster, options).inspect_err(|err| cluster.forget_if_refused(err))
+    }
+
+    fn create(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {
         if options.size > MAX_IMAGE_SIZE {
             return Err(Error::Usage(format!(
                 "size {} is larger than any RBD image can be ({MAX_IMAGE_SIZE} bytes)",
@@ -351,6 +355,7 @@ impl Upload {
             self.interrupted = true;
             return err;
         }
+        self.ioctx.cluster().forget_if_refused(&err);
         // A timed-out cluster would time out the removal too (several round trips): leave it to
         // the janitor, so the caller hears of the failure after one timeout, not five.
         if err.errno() == Some(libc::ETIMEDOUT) {
