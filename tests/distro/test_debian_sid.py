@@ -26,7 +26,7 @@ import pytest
 
 from tests import stock_versions
 from tests.clients import CLIENTS, SIZE, check_four_at_once, check_upload
-from tests.harness import contract, venvs
+from tests.harness import cephx, contract, venvs
 from tests.harness.cluster import Cluster, key_type
 from tests.harness.data import data_of
 from tests.harness.debian_root import SID
@@ -160,6 +160,35 @@ def test_contract_from_an_older_host(tentacle, version, tmp_path):
     xml = junit.read_text() if junit.exists() else ""
     where = f"the host's Ceph 16 client, glance_store {version}, on Ceph 20"
     print(f"{where}: {contract.check(where, version, result, xml)}")
+
+
+# glance's user wrong in one way at a time (tests/test_cephx.py): every case, uploads, downloads
+# and the command, and the caps granted after a refusal.
+CEPHX = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
+         "tests/test_cephx.py"]
+CEPHX_CASES = len(cephx.CASES) * 3 + 1
+
+
+def test_cephx_from_sid(debian_root, tentacle):
+    """The cephx cases on sid's Ceph 20 client against the Tentacle cluster with its defaults:
+    the errors name what is wrong, and nothing is left (test_cephx.py's expectations for a
+    Ceph 20 client on a Ceph 20 cluster)."""
+    result = debian_root.run("python3", *CEPHX, env={"GLANCE_RBD_TEST_CLUSTER": str(tentacle.root)},
+                             cwd=str(CHECKOUT), check=False, timeout=1200)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert f" {CEPHX_CASES} passed" in result.stdout, result.stdout[-2000:]
+
+
+def test_cephx_from_an_older_host(tentacle):
+    """The cephx cases on the host's Ceph 16 client against the Tentacle cluster that allows
+    aes (the expectations for a Ceph 16 client on a Ceph 20 cluster)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["GLANCE_RBD_TEST_CLUSTER"] = str(tentacle.root)
+    with older_clients_allowed(tentacle):
+        result = subprocess.run([sys.executable, *CEPHX], cwd=CHECKOUT, env=env,
+                                capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert f" {CEPHX_CASES} passed" in result.stdout, result.stdout[-2000:]
 
 
 @pytest.fixture(scope="module")

@@ -317,6 +317,11 @@ admin socket = {r}/run/$name.$pid.asok
             f"keyring = {self.root}/ceph.client.admin.keyring", f"keyring = {keyring}"))
         return conf
 
+    def release(self) -> int:
+        """The Ceph release of the cluster's monitors (16, 20, ...)."""
+        monmap = json.loads(self.ceph("mon", "dump", "--format", "json"))
+        return int(monmap["min_mon_release"])
+
     def use_for_stores(self, user: str, conf: pathlib.Path) -> None:
         """The tests' stores connect as client.`user` through `conf` (recorded for attach())."""
         self.store_user, self.store_conf = user, pathlib.Path(conf)
