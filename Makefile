@@ -15,8 +15,8 @@ PIP_PACKAGES := --group dev
 # a newer pyOpenSSL fixes it.
 E2E_PACKAGES := glance==33.0.0 uwsgi==2.0.31 python-glanceclient PyMySQL "pyOpenSSL>=24"
 
-.PHONY: help deps build dev demo test test-fast test-rust test-python check-py39 check-abi3 bench \
-	cluster-up cluster-down lint clean
+.PHONY: help deps build dev deb demo test test-fast test-rust test-python check-py39 check-abi3 \
+	bench cluster-up cluster-down lint clean
 
 # A cluster that `make cluster-up` left running in .cluster: the test targets hand it to pytest
 # (GLANCE_RBD_TEST_CLUSTER) instead of booting one per run. Set that variable to use another.
@@ -53,6 +53,11 @@ build: deps ## Build the release wheel (one for CPython 3.9 on: abi3) and instal
 	@ls target/wheels/*.whl
 	$(PY) -m pip install -q --force-reinstall --no-deps target/wheels/*.whl
 	@$(CHECK_INSTALLED)
+
+# What apt installs on Debian's and Ubuntu's python3, where pip may not (PEP 668).
+deb: build ## The Debian package of the release wheel: target/debian/glance-rbd-native_<version>_<arch>.deb
+	rm -rf target/debian
+	$(SYSTEM_PYTHON) packaging/deb.py --out target/debian target/wheels/*.whl
 
 dev: deps ## A debug build installed into the virtualenv in its place: quick to rebuild (make build puts the release one back)
 	rm -rf target/dev-wheels python/glance_rbd_native/*.so
@@ -103,7 +108,7 @@ check-abi3: build ## The release wheel uses the limited API of 3.9 alone
 lint: check-py39 dev ## rustfmt, clippy, ruff, Python 3.9 compatibility, the stub against the debug build
 	cargo fmt --check
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo clippy --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python/ tests/ benchmarks/
+	$(VENV)/bin/ruff check python/ tests/ benchmarks/ packaging/
 	$(PY) -m mypy.stubtest --allowlist .stubtest-allowlist glance_rbd_native._native
 
 clean: ## Remove build outputs and the virtualenvs

@@ -35,7 +35,7 @@ from benchmarks import huge
 from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT
 from tests.harness import hub_latency, venvs
 from tests.harness.cluster import Cluster
-from tests.harness.debian_root import TRIXIE, DebianRoot
+from tests.harness.debian_root import TRIXIE, DebianRoot, build_deb
 from tests.harness.glance_api import BACKEND, SECOND_BACKEND, SECOND_POOL, GlanceApi
 from tests.harness.mariadb import MariaDB
 
@@ -103,7 +103,7 @@ class Bench:
         self.files = files
         self.servers = servers  # "native"/"stock" -> a running GlanceApi
         self.eventlet = eventlet  # "native"/"stock" -> glance's eventlet server, one worker
-        self.debian13 = debian13  # a Debian 13 root with the wheel in its python3 (transfers)
+        self.debian13 = debian13  # a Debian 13 root with the package installed (transfers)
         self.results = {}
 
     def env(self, latency=False):
@@ -571,7 +571,8 @@ def main():
                     debian13 = DebianRoot.ensure(TRIXIE, binds=[root, CHECKOUT],
                                                  read_only=[CHECKOUT])
                     stack.callback(debian13.close)
-                    debian13.install_wheel(venvs.wheel())
+                    debian13.install_deb(build_deb(venvs.wheel(), root / "deb"))
+                    stack.callback(debian13.remove_deb)
                 cluster.rbd("import", "--object-size", "8M", "--no-progress",
                             str(files["quarter"]), f"{cluster.pool}/{READ_MANY}", timeout=600)
                 cluster.rbd("snap", "create", f"{cluster.pool}/{READ_MANY}@{SNAP}")

@@ -1,8 +1,8 @@
-"""Debian's packaged glance in Debian roots, with the project's wheel (the one `make build`
-made on the host, not rebuilt) installed into Debian's python3, on the session's cluster, the
-catalogue in a MariaDB of the host. Each test module names its Debian release in RELEASE; the
-root (tests/harness/debian_root.py) is built once and cached, the wheel installed anew each
-run."""
+"""Debian's packaged glance in Debian roots, with the project's Debian package (made by
+packaging/deb.py, as `make deb` makes it, from the wheel `make build` made on the host, not
+rebuilt) installed by apt, on the session's cluster, the catalogue in a MariaDB of the host.
+Each test module names its Debian release in RELEASE; the root (tests/harness/debian_root.py)
+is built once and cached, the package installed anew each run and removed at its end."""
 
 import pathlib
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.harness import venvs
 from tests.harness.debian_glance import DebianGlanceApi
-from tests.harness.debian_root import DebianRoot
+from tests.harness.debian_root import DebianRoot, build_deb
 from tests.harness.mariadb import MariaDB
 
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
@@ -24,19 +24,28 @@ def mariadb(tmp_path_factory):
         yield db
 
 
+@pytest.fixture(scope="session")
+def deb(tmp_path_factory):
+    """The Debian package of the wheel `make build` made."""
+    return build_deb(venvs.wheel(), tmp_path_factory.mktemp("deb"))
+
+
 @pytest.fixture(scope="module")
-def debian_root(request, cluster, mariadb):
-    """The cached root of the module's RELEASE, with the cluster's directory, MariaDB's and
-    this checkout mounted at their own paths inside (the cluster's and the checkout
-    read-only)."""
+def debian_root(request, cluster, mariadb, deb):
+    """The cached root of the module's RELEASE with the package installed, and the cluster's
+    directory, MariaDB's and this checkout mounted at their own paths inside (the cluster's and
+    the checkout read-only)."""
     # glance-api runs as user glance: it must reach ceph.conf and the keyring (0644) in the
     # cluster's directory, which the session made private (mkdtemp: 0700).
     cluster.root.chmod(0o755)
     root = DebianRoot.ensure(request.module.RELEASE, binds=[cluster.root, mariadb.root, CHECKOUT],
                              read_only=[cluster.root, CHECKOUT])
     try:
-        root.install_wheel(venvs.wheel())
-        yield root
+        root.install_deb(deb)
+        try:
+            yield root
+        finally:
+            root.remove_deb()
     finally:
         root.close()
 

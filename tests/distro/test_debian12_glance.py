@@ -86,7 +86,7 @@ def test_what_debian_ships(debian_root):
     assert "chunked-input-limit" not in ini
     out = debian_root.run("python3", "-c", "import glance_rbd_native; "
                           "print(glance_rbd_native.__file__)").stdout
-    assert out.startswith("/usr/local/lib/python3.11/dist-packages/glance_rbd_native/")
+    assert out.startswith("/usr/lib/python3/dist-packages/glance_rbd_native/")
 
 
 @pytest.mark.parametrize("api", list(SERVERS), indirect=True)

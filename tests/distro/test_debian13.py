@@ -1,11 +1,12 @@
-"""Debian 13 (trixie): Python 3.13, glance_store 4.9.1, Ceph 18.2.7 client libraries. The wheel
-built on the host (Debian 12, Python 3.11, Ceph 16) is pip-installed into Debian's python3
-unchanged; the contract tests run on that Python against the host's cluster, over loopback, and
-Debian 13's glance-api 30 serves images under its uWSGI with the switch on."""
+"""Debian 13 (trixie): Python 3.13, glance_store 4.9.1, Ceph 18.2.7 client libraries. The Debian
+package made from the wheel built on the host (Debian 12, Python 3.11, Ceph 16) is installed by
+apt, the extension module unchanged; the contract tests run on Debian's python3 against the
+host's cluster, over loopback, and Debian 13's glance-api 30 serves images under its uWSGI with
+the switch on."""
 
-import hashlib
 import pathlib
 import re
+import zipfile
 
 import pytest
 
@@ -25,7 +26,7 @@ pytestmark = [
 
 # The import root, mounted at its own path inside: the contract files run from it.
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
-SITE = "/usr/local/lib/python3.13/dist-packages"
+SITE = "/usr/lib/python3/dist-packages"
 SERVERS = {
     "uwsgi": dict(server="uwsgi", native=True),
     "uwsgi-stock": dict(server="uwsgi", native=False),
@@ -57,12 +58,14 @@ def test_what_debian_ships(debian_root):
         assert f"\n{line}\n" in ini
 
 
-def test_the_host_wheel_installed_unchanged(debian_root):
-    """The same file pip installed, loading Debian 13's Ceph 18 libraries into Python 3.13."""
-    wheel = venvs.wheel()
-    inside = debian_root.file(f"/root/wheels/{wheel.name}")
-    assert hashlib.sha256(inside.read_bytes()).digest() == \
-        hashlib.sha256(wheel.read_bytes()).digest()
+def test_the_host_wheel_in_the_package_unchanged(debian_root):
+    """The extension module apt installed is the wheel's, byte for byte, and loads Debian 13's
+    Ceph 18 libraries into Python 3.13."""
+    with zipfile.ZipFile(venvs.wheel()) as wheel:
+        built = wheel.read("glance_rbd_native/_native.abi3.so")
+    assert debian_root.file(f"{SITE}/glance_rbd_native/_native.abi3.so").read_bytes() == built
+    owner = debian_root.run("dpkg", "-S", f"{SITE}/glance_rbd_native/_native.abi3.so").stdout
+    assert owner.startswith("glance-rbd-native:")
     probe = ("import glance_rbd_native._native as n, sys; print(n.__file__); "
              "print('.'.join(map(str, sys.version_info[:2])))")
     out = debian_root.run("python3", "-c", probe).stdout.split()

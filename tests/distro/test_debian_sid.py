@@ -13,7 +13,6 @@ run from each; sid's glance-api 33 serves images from the Tentacle cluster under
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import pathlib
 import re
@@ -21,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 import pytest
 
@@ -40,7 +40,7 @@ pytestmark = [
 ]
 
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
-SITE = "/usr/local/lib/python3.14/dist-packages"
+SITE = "/usr/lib/python3/dist-packages"
 GLANCE_STORE = "5.7.0"  # python3-glance-store
 ACTIVE = f"the native RBD writer is active for glance_store {GLANCE_STORE}"
 SERVERS = {
@@ -106,17 +106,19 @@ def test_what_debian_ships(debian_root):
         assert versions[package].startswith("20.2."), (package, versions[package])
 
 
-def test_the_host_wheel_installed_unchanged(debian_root):
-    """The same file, loading sid's Ceph 20 libraries into Python 3.14."""
-    wheel = venvs.wheel()
-    inside = debian_root.file(f"/root/wheels/{wheel.name}")
-    assert hashlib.sha256(inside.read_bytes()).digest() == \
-        hashlib.sha256(wheel.read_bytes()).digest()
+def test_the_host_wheel_in_the_package_unchanged(debian_root):
+    """The extension module apt installed is the wheel's, byte for byte, and loads sid's Ceph 20
+    libraries into Python 3.14."""
+    with zipfile.ZipFile(venvs.wheel()) as wheel:
+        built = wheel.read("glance_rbd_native/_native.abi3.so")
+    module = f"{SITE}/glance_rbd_native/_native.abi3.so"
+    assert debian_root.file(module).read_bytes() == built
+    assert debian_root.run("dpkg", "-S", module).stdout.startswith("glance-rbd-native:")
     probe = ("import glance_rbd_native._native as n, sys; print(n.__file__); "
              "print('.'.join(map(str, sys.version_info[:2])))")
     out = debian_root.run("python3", "-c", probe).stdout.split()
-    assert out == [f"{SITE}/glance_rbd_native/_native.abi3.so", "3.14"]
-    ldd = debian_root.run("ldd", f"{SITE}/glance_rbd_native/_native.abi3.so").stdout
+    assert out == [module, "3.14"]
+    ldd = debian_root.run("ldd", module).stdout
     for lib in ("librbd.so.1", "librados.so.2"):
         # sid's ldd names the /usr path (merged /usr).
         assert re.search(rf"^\s*{re.escape(lib)} => /usr/lib/x86_64-linux-gnu/{re.escape(lib)} ",

@@ -37,9 +37,10 @@ glance-common glance-common/dbconfig-install boolean false
 glance-api glance/configure_api-endpoint boolean false
 """
 # glance-api brings glance, glance_store and uWSGI's python3 plugin (it depends on them);
-# the rbd driver needs the rados and rbd modules, the catalogue PyMySQL, the wheel numpy and
-# pip. openstack-pkg-tools holds the helpers with which the init script reads uWSGI's bind
-# address from a service's configuration.
+# the rbd driver needs the rados and rbd modules, the catalogue PyMySQL, the package numpy.
+# The tests need no pip, but the list is part of each cached root's key: dropping it would
+# rebuild them all. openstack-pkg-tools holds the helpers with which the init script reads
+# uWSGI's bind address from a service's configuration.
 GLANCE_PACKAGES = ("glance-api", "python3-rbd", "python3-rados", "python3-pymysql",
                    "python3-numpy", "python3-pip", "openstack-pkg-tools")
 
@@ -70,8 +71,8 @@ class Release:
     def key(self) -> str:
         """What the cached root is made of, as a short hash: a change of any of it builds
         anew."""
-        recipe = "\n".join([self.suite, self.sources, self.apt_conf, " ".join(self.packages),
-                             PRESEEDS])
+        recipe = "\n".join([self.suite, self.sources, *filter(None, [self.apt_conf]),
+                             " ".join(self.packages), PRESEEDS])
         return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 
@@ -84,6 +85,9 @@ TRIXIE = Release("trixie", (*GLANCE_PACKAGES, "python3-pytest", "ceph-common"))
 # for a Tentacle cluster (tests/harness/cluster.py runs them inside the root).
 SID = Release("sid", (*GLANCE_PACKAGES, "python3-pytest", "ceph-common", "ceph-mon", "ceph-osd",
                       "ceph-mgr"), unstable=True)
+# The project's Debian package (packaging/deb.py builds it from the wheel).
+PACKAGE = "glance-rbd-native"
+DEB_BUILDER = pathlib.Path(__file__).resolve().parents[2] / "packaging" / "deb.py"
 CACHE = pathlib.Path(os.environ.get("GLANCE_RBD_ROOTS", "/var/cache/glance-rbd-native/roots"))
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MOUNT = """\
@@ -225,21 +229,59 @@ class DebianRoot:
                 return int(fields[2])
         raise KeyError(f"no group {name} in {self.path}")
 
-    def install_wheel(self, wheel: pathlib.Path) -> None:
-        """Installs the wheel as built into Debian's python3, as an operator of a packaged
-        glance would (/usr/local, no dependencies: numpy is Debian's)."""
-        inside = f"/root/wheels/{wheel.name}"
-        shutil.rmtree(self.file("/root/wheels"), ignore_errors=True)
-        self.file("/root/wheels").mkdir(parents=True)
-        shutil.copy2(wheel, self.file(inside))
-        self.run("python3", "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                 "--force-reinstall", "--break-system-packages", "--root-user-action=ignore",
-                 inside)
+    def install_deb(self, deb: pathlib.Path) -> str:
+        """Installs the .deb with apt, as an operator would: its dependencies come from the
+        root's installed packages, so nothing is downloaded. Reinstalls when the same version is
+        installed (a rebuilt wheel keeps its version). Returns apt's output."""
+        # A copy pip put into /usr/local would come before dist-packages on sys.path.
+        for stale in [*self.path.glob("usr/local/lib/python3*/dist-packages/glance_rbd_native*"),
+                      self.file("/usr/local/bin/glance-rbd-native")]:
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink(missing_ok=True)
+        # Where apt's unprivileged downloader can read it (/root is closed to it), outside the
+        # /tmp that each command gets afresh.
+        inside = f"/var/tmp/{deb.name}"
+        shutil.copy2(deb, self.file(inside))
+        try:
+            return self.run("apt-get", "install", "-y", "--reinstall", "--no-install-recommends",
+                            inside, env={"DEBIAN_FRONTEND": "noninteractive"}).stdout
+        finally:
+            self.file(inside).unlink()
+
+    def remove_deb(self, package: str = PACKAGE) -> str:
+        """`apt-get remove`s the package if it is installed. Returns apt's output."""
+        # apt knows a local .deb only while it is installed: otherwise "Unable to locate".
+        if self.installed(package) is None:
+            return ""
+        return self.run("apt-get", "remove", "-y", package,
+                        env={"DEBIAN_FRONTEND": "noninteractive"}).stdout
+
+    def installed(self, package: str = PACKAGE) -> str | None:
+        """The installed version of `package`, or None."""
+        res = self.run("dpkg-query", "-W", "-f", "${db:Status-Status} ${Version}", package,
+                       check=False)
+        status, _, version = res.stdout.partition(" ")
+        return version if res.returncode == 0 and status == "installed" else None
 
     def versions(self, *packages: str) -> dict[str, str]:
         """Debian's versions of installed packages."""
         out = self.run("dpkg-query", "-W", "-f", "${Package} ${Version}\n", *packages).stdout
         return dict(line.split(" ", 1) for line in out.splitlines())
+
+
+def build_deb(wheel: pathlib.Path, out: pathlib.Path, epoch: int | None = None) -> pathlib.Path:
+    """The .deb of `wheel`, made in `out` by the builder `make deb` runs; `epoch` sets
+    SOURCE_DATE_EPOCH."""
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    if epoch is not None:
+        env["SOURCE_DATE_EPOCH"] = str(epoch)
+    res = subprocess.run([sys.executable, str(DEB_BUILDER), "--out", str(out), str(wheel)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    if res.returncode:
+        raise RootError(f"{DEB_BUILDER} {wheel}: exit {res.returncode}\n{res.stdout}{res.stderr}")
+    return pathlib.Path(res.stdout.strip())
 
 
 def _build(final: pathlib.Path, release: Release) -> float:
