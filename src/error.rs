@@ -196,7 +196,7 @@ pub fn glance_caps(pool: &str) -> String {
 }
 
 fn ceph_message(op: Op, target: &Target, errno: i32) -> String {
-    if !matches!(errno, libc::EPERM | libc::EACCES) {
+    if !matches!(errno, libc::EPERM | libc::EACCES | libc::ETIMEDOUT) {
         return format!("{op} {target} failed: {} (errno {errno})", strerror(errno));
     }
     let by = target
@@ -206,6 +206,19 @@ fn ceph_message(op: Op, target: &Target, errno: i32) -> String {
     let check = target.entity.as_deref().map_or_else(String::new, |entity| {
         format!("; `ceph auth get {entity}` shows the caps it has")
     });
+    if errno == libc::ETIMEDOUT {
+        // Measured: a Ceph 20 cluster never answers a user with no osd cap at all (Ceph 16
+        // refuses it with EPERM), so a timeout may be the caps as well as the OSDs.
+        let who = target.entity.as_deref().unwrap_or("the user");
+        return format!(
+            "{op} {target}{by} got no answer in time: {} (errno {errno}): the OSDs may be down \
+             or unreachable, or {who} may have no osd cap on the pool (a Ceph 20 cluster leaves \
+             the operations of such a user unanswered); glance's cephx user needs the caps \
+             {}{check}",
+            strerror(errno),
+            glance_caps(&target.pool)
+        );
+    }
     format!(
         "{op} {target}{by} was refused: {} (errno {errno}): glance's cephx user needs the caps \
          {}{check}",
@@ -411,6 +424,15 @@ mod tests {
              permitted (errno 1): glance's cephx user needs the caps mon 'profile rbd' osd \
              'profile rbd pool=images' mgr 'profile rbd pool=images'; `ceph auth get \
              client.glance` shows the caps it has"
+        );
+        assert_eq!(
+            Error::ceph(Op::Create, &target, -110).to_string(),
+            "creating image 'abc' in pool 'images' as client.glance got no answer in time: \
+             Connection timed out (errno 110): the OSDs may be down or unreachable, or \
+             client.glance may have no osd cap on the pool (a Ceph 20 cluster leaves the \
+             operations of such a user unanswered); glance's cephx user needs the caps mon \
+             'profile rbd' osd 'profile rbd pool=images' mgr 'profile rbd pool=images'; `ceph \
+             auth get client.glance` shows the caps it has"
         );
         // Other errors of the same target read as before.
         assert_eq!(

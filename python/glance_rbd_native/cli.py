@@ -173,6 +173,13 @@ def _run(args, backend):
                       f"{backend.pool!r} ({exc}): glance's cephx user needs the caps "
                       f"{_native._glance_caps(backend.pool)}; `ceph auth get {entity}` shows "
                       "the caps it has") from exc
+    except (rados.TimedOut, rbd.Timeout) as exc:
+        raise Failure(f"backend {backend.name}: the cluster did not answer {entity} in pool "
+                      f"{backend.pool!r} in time ({exc}): the OSDs may be down or unreachable, "
+                      f"or {entity} may have no osd cap on the pool (a Ceph 20 cluster leaves "
+                      "the operations of such a user unanswered); glance's cephx user needs the "
+                      f"caps {_native._glance_caps(backend.pool)}; `ceph auth get {entity}` "
+                      "shows the caps it has") from exc
     except rados.Error as exc:
         raise Failure(f"backend {backend.name}: {exc}") from exc
     finally:

@@ -14,6 +14,7 @@ mid-stream (a client that disconnects): the reads in flight are drained and the 
 Every native call that waits goes through ``green.call``, so under eventlet the hub goes on.
 """
 
+import errno
 import logging
 
 from glance_store import exceptions
@@ -25,6 +26,7 @@ from glance_rbd_native._native import (
     NotFound,
     PermissionDenied,
     PoolNotFound,
+    RbdError,
     RbdReader,
 )
 
@@ -133,3 +135,7 @@ def _open(store, pool, image, snapshot):
         raise errors.missing_pool(exc) from exc
     except PermissionDenied as exc:
         raise errors.refused(exc) from exc
+    except RbdError as exc:
+        if exc.errno != errno.ETIMEDOUT:
+            raise
+        raise errors.no_answer(exc) from exc

@@ -6,21 +6,20 @@ from glance_store import exceptions
 from glance_store.i18n import _LE, _
 
 try:
-    from rbd import PermissionError as _StockPermissionError
+    from rbd import PermissionError as _StockPermissionError, Timeout as _StockTimeout
 except ImportError:  # no Ceph bindings: glance_store's rbd store cannot be configured either
     _StockPermissionError = PermissionError
+    _StockTimeout = TimeoutError
 
 LOG = logging.getLogger(__name__)
 
 
-class Refused(_StockPermissionError):
-    """librbd's ``rbd.PermissionError``, which the stock driver lets escape when the cluster
-    refuses its user an operation, carrying the native message: the operation, the pool, the
-    user, and the caps glance's user needs."""
+class _WithNativeMessage:
+    """A librbd exception type carrying the native message as it is: rbd's own wrap it in
+    "RBD permission error (...)" and prefix "[errno N]", which the native message holds
+    already."""
 
     def __init__(self, message, errno):
-        # Not rbd's: it wraps the message in "RBD permission error (...)", and its __str__
-        # prefixes "[errno N]", which the native message holds already.
         Exception.__init__(self, message)
         self.errno = errno
 
@@ -29,6 +28,18 @@ class Refused(_StockPermissionError):
 
     def __reduce__(self):
         return (type(self), (self.args[0], self.errno))
+
+
+class Refused(_WithNativeMessage, _StockPermissionError):
+    """librbd's ``rbd.PermissionError``, which the stock driver lets escape when the cluster
+    refuses its user an operation, carrying the native message: the operation, the pool, the
+    user, and the caps glance's user needs."""
+
+
+class NoAnswer(_WithNativeMessage, _StockTimeout):
+    """librbd's ``rbd.Timeout``, which the stock driver lets escape when the cluster does not
+    answer the creation or the open of an image within rados_connect_timeout, carrying the
+    native message: the OSDs, or the caps (Ceph 20 leaves a user without osd caps unanswered)."""
 
 
 def unreachable(store, exc):
@@ -53,6 +64,12 @@ def refused(exc):
     message."""
     LOG.error("%s", exc.strerror)
     return Refused(exc.strerror, exc.errno)
+
+
+def no_answer(exc):
+    """Stock's type for an image's creation or open that timed out, with the native message."""
+    LOG.error("%s", exc.strerror)
+    return NoAnswer(exc.strerror, exc.errno)
 
 
 def storage_full(image_name, exc):

@@ -10,6 +10,7 @@ threads of their own; an algorithm it lacks falls back to hashlib. Every native 
 waits goes through ``green.call``, so under eventlet the hub goes on meanwhile.
 """
 
+import errno
 import logging
 import math
 import time
@@ -26,6 +27,7 @@ from glance_rbd_native._native import (
     NoSpace,
     PermissionDenied,
     PoolNotFound,
+    RbdError,
     RbdWriter,
     native_digests,
 )
@@ -145,6 +147,10 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
         raise errors.missing_pool(exc) from exc
     except PermissionDenied as exc:
         raise errors.refused(exc) from exc
+    except RbdError as exc:
+        if exc.errno != errno.ETIMEDOUT:
+            raise
+        raise errors.no_answer(exc) from exc
 
 
 def _reclaim(conffile, user, timeout, pool, image_name):

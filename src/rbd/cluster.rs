@@ -251,16 +251,30 @@ impl Cluster {
     /// renewed (an hour by default). The next transfer connects afresh and gets them; those
     /// running keep this one until they end.
     pub(crate) fn forget_if_refused(self: &Arc<Self>, err: &Error) {
-        if !matches!(err.errno(), Some(libc::EPERM | libc::EACCES)) {
-            return;
+        if matches!(err.errno(), Some(libc::EPERM | libc::EACCES)) {
+            self.forget("it was refused");
         }
+    }
+
+    /// As `forget_if_refused`, for the first operation of a transfer (the creation or the open
+    /// of its image), where a timeout may be a refusal too: a Ceph 20 cluster leaves the
+    /// operations of a user with no osd cap at all unanswered.
+    pub(crate) fn forget_if_refused_at_start(self: &Arc<Self>, err: &Error) {
+        match err.errno() {
+            Some(libc::EPERM | libc::EACCES) => self.forget("it was refused"),
+            Some(libc::ETIMEDOUT) => self.forget("the cluster did not answer"),
+            _ => {}
+        }
+    }
+
+    fn forget(self: &Arc<Self>, why: &str) {
         let mut guard = lock(&SHARED);
         let entries = &mut this_process(&mut guard).entries;
         let before = entries.len();
         entries.retain(|_, entry| !matches!(entry, Entry::Ready(c) if Arc::ptr_eq(c, self)));
         if entries.len() < before {
             log::debug!(
-                "dropped the connection of {} ({}): it was refused",
+                "dropped the connection of {} ({}): {why}",
                 self.entity,
                 self.settings
             );

@@ -64,7 +64,8 @@ pub struct Download<D: Destination> {
 impl<D: Destination> Download<D> {
     /// Opens the image, at the snapshot if one is named; nothing is read yet.
     pub fn open(cluster: &Arc<Cluster>, options: &DownloadOptions) -> Result<Self> {
-        Self::open_image(cluster, options).inspect_err(|err| cluster.forget_if_refused(err))
+        Self::open_image(cluster, options)
+            .inspect_err(|err| cluster.forget_if_refused_at_start(err))
     }
 
     fn open_image(cluster: &Arc<Cluster>, options: &DownloadOptions) -> Result<Self> {

@@ -89,7 +89,7 @@ pub struct Upload {
 impl Upload {
     /// Creates and opens the image. An image that already exists is left untouched.
     pub fn start(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {
-        Self::create(cluster, options).inspect_err(|err| cluster.forget_if_refused(err))
+        Self::create(cluster, options).inspect_err(|err| cluster.forget_if_refused_at_start(err))
     }
 
     fn create(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {

@@ -38,6 +38,13 @@ class CephError(RuntimeError):
     pass
 
 
+def legacy_key() -> str:
+    """A new cephx key of the legacy `aes` cipher, which every release parses: a base64
+    CryptoKey of type 1, created (sec, nsec), length 16, secret."""
+    key = struct.pack("<HIIH", 1, int(time.time()), 0, 16) + os.urandom(16)
+    return base64.b64encode(key).decode()
+
+
 def key_type(key: str) -> str:
     """The cipher of a cephx key: a base64 CryptoKey whose first field is its type."""
     return {1: "aes", 2: "aes256k"}.get(struct.unpack_from("<H", base64.b64decode(key))[0],
@@ -78,6 +85,8 @@ class Cluster:
         self.conf_path = self.root / "ceph.conf"
         self.store_user = "admin"
         self.store_conf = self.conf_path
+        # The cipher of the keys user() makes: None, the cluster's default.
+        self.user_cipher: str | None = None
         self.boot_seconds: float | None = None
         # name -> Popen for daemons we spawned, or a bare pid for daemons found via attach().
         self._procs: dict[str, subprocess.Popen | int] = {}
@@ -247,6 +256,7 @@ admin socket = {r}/run/$name.$pid.asok
         c.fsid = state["fsid"]
         c.store_user = state.get("store_user", "admin")
         c.store_conf = pathlib.Path(state.get("store_conf", c.conf_path))
+        c.user_cipher = state.get("user_cipher")
         c._procs = {name: pid for name, pid in state["pids"].items() if c._is_ours(pid)}
         return c
 
@@ -304,8 +314,9 @@ admin socket = {r}/run/$name.$pid.asok
         """A cephx user `client.<name>` with `caps` (mon=..., osd=..., mgr=...), made or updated,
         and a conf file that authenticates as it: the path of that conf. cipher: give it a new
         key of that type ("aes": the legacy one older clients can parse) instead of the
-        cluster's default."""
+        cluster's default (or of `user_cipher`, when set)."""
         keyring = self.root / f"ceph.client.{name}.keyring"
+        cipher = cipher or self.user_cipher
         if cipher is None:
             self.ceph("auth", "get-or-create", f"client.{name}", "-o", str(keyring))
         else:
@@ -327,6 +338,12 @@ admin socket = {r}/run/$name.$pid.asok
         self.store_user, self.store_conf = user, pathlib.Path(conf)
         self._save()
 
+    def make_users_with(self, cipher: str | None) -> None:
+        """The keys of the users user() makes from now on (recorded for attach()): `cipher`, or
+        the cluster's default (None)."""
+        self.user_cipher = cipher
+        self._save()
+
     # -- keys ------------------------------------------------------------------------------
 
     def new_key(self) -> str:
@@ -343,10 +360,11 @@ admin socket = {r}/run/$name.$pid.asok
         or its own."""
         if caps is None:
             caps = json.loads(self.ceph("auth", "get", entity, "--format", "json"))[0]["caps"]
+        # Ceph 16's ceph-authtool knows no --key-type (all its keys are aes).
+        key = legacy_key() if cipher == "aes" else self._run(
+            ["ceph-authtool", "--gen-print-key", "--key-type", cipher]).strip()
         tmp = keyring.with_name(keyring.name + ".new")
-        self._run(["ceph-authtool", "--create-keyring", str(tmp), "--gen-key", "-n", entity,
-                   "--key-type", cipher, *(part for kind, cap in caps.items()
-                                            for part in ("--cap", kind, cap))])
+        tmp.write_text(_keyring(entity, key, **caps))
         self.ceph("auth", "import", "-i", tmp)
         tmp.chmod(0o644)
         tmp.replace(keyring)
@@ -485,7 +503,7 @@ admin socket = {r}/run/$name.$pid.asok
                  "port": self.port,
                  "objectstore": self.objectstore, "osd_size_gib": self.osd_size_gib,
                  "with_mgr": self.with_mgr, "pids": pids, "store_user": self.store_user,
-                 "store_conf": str(self.store_conf)}
+                 "store_conf": str(self.store_conf), "user_cipher": self.user_cipher}
         tmp = self.root / "cluster.json.tmp"
         tmp.write_text(json.dumps(state, indent=2) + "\n")
         tmp.replace(self.root / "cluster.json")
