@@ -63,6 +63,7 @@ def tentacle(debian_root):
             conf = booted.user("glance", mon="profile rbd", osd=GLANCE_CAPS, mgr=GLANCE_CAPS)
             booted.use_for_stores("glance", conf)
             yield booted
+        assert not debian_root.processes("root"), "Ceph daemons left running in the Debian root"
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

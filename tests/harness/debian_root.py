@@ -192,12 +192,14 @@ class DebianRoot:
                                 stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
-    def processes(self) -> list[int]:
-        """The pids of the processes running inside the root."""
+    def processes(self, user: str | None = None) -> list[int]:
+        """The pids of the processes running inside the root (of its `user` alone, if given)."""
+        uid = None if user is None else self.user(user)[0]
         found = []
         for entry in pathlib.Path("/proc").iterdir():
             with contextlib.suppress(OSError):
-                if entry.name.isdigit() and os.readlink(entry / "root") == str(self.path):
+                if entry.name.isdigit() and os.readlink(entry / "root") == str(self.path) and (
+                        uid is None or entry.stat().st_uid == uid):
                     found.append(int(entry.name))
         return found
 
