@@ -211,7 +211,7 @@ impl RbdReader {
     /// Bytes handed out so far.
     #[getter]
     fn bytes_read(&self, py: Python<'_>) -> u64 {
-        self.with_download(py, |d| d.map_or(self.size, Download::delivered))
+        self.with_download(py, |d| d.map_or(self.size, |d| d.delivered()))
     }
 
     /// True once every chunk has been handed out, or after close().
@@ -239,14 +239,14 @@ impl RbdReader {
     fn with_download<T: Send>(
         &self,
         py: Python<'_>,
-        read: impl FnOnce(Option<&Download<NewBytes>>) -> T + Send,
+        read: impl FnOnce(Option<&mut Download<NewBytes>>) -> T + Send,
     ) -> T {
         py.detach(|| {
             read(
                 self.download
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .as_ref(),
+                    .as_mut(),
             )
         })
     }

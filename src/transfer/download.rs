@@ -59,6 +59,8 @@ pub struct Download<D: Destination> {
     delivered: u64,
     queue: VecDeque<Pending<D>>,
     in_flight: usize,
+    /// Bytes `wanted` planned and reserved in the share that `start` has not yet taken.
+    reserved: usize,
 }
 
 impl<D: Destination> Download<D> {
@@ -85,6 +87,7 @@ impl<D: Destination> Download<D> {
             delivered: 0,
             queue: VecDeque::new(),
             in_flight: 0,
+            reserved: 0,
         })
     }
 
@@ -97,26 +100,28 @@ impl<D: Destination> Download<D> {
     }
 
     /// The lengths of the reads to start now to fill the bound, in order: the caller makes a
-    /// destination of each length and hands them to `start`.
-    pub fn wanted(&self) -> Vec<usize> {
-        plan(
-            self.next,
-            self.size,
-            self.chunk_size,
-            self.in_flight,
-            self.share.limit(),
-            self.share.process_room(),
-        )
+    /// destination of each length and hands them to `start`. Their bytes are reserved in the
+    /// share at once, since the caller allocates them before starting (a reservation not
+    /// started by the next call is given back then).
+    pub fn wanted(&mut self) -> Vec<usize> {
+        self.share.sub(std::mem::take(&mut self.reserved));
+        let (next, size, chunk, in_flight) =
+            (self.next, self.size, self.chunk_size, self.in_flight);
+        let lengths = self
+            .share
+            .reserve(|limit, room| plan(next, size, chunk, in_flight, limit, room));
+        self.reserved = lengths.iter().sum();
+        lengths
     }
 
     /// Starts reading the next `destination.size()` bytes into `destination`.
     pub fn start(&mut self, mut destination: D) -> Result<()> {
         let len = destination.size();
-        if len == 0 || self.next + len as u64 > self.size {
+        if len == 0 || len > self.reserved || self.next + len as u64 > self.size {
             // `wanted` never plans such a read: the caller did not follow it.
             return Err(Error::Internal(format!(
-                "a read of {len} bytes at {} does not fit an image of {} bytes",
-                self.next, self.size
+                "a read of {len} bytes at {} was not planned ({} reserved, image of {} bytes)",
+                self.next, self.reserved, self.size
             )));
         }
         let mut completion = Completion::new(&self.image, Op::StartRead)?;
@@ -140,7 +145,7 @@ impl<D: Destination> Download<D> {
         });
         self.next += len as u64;
         self.in_flight += len;
-        self.share.add(len);
+        self.reserved -= len;
         Ok(())
     }
 
@@ -180,10 +185,11 @@ impl<D: Destination> Download<D> {
     /// Waits for the reads still in flight and gives their destinations back, unread: for a
     /// consumer that stops early. The image closes when the Download is dropped.
     pub(crate) fn drain(&mut self) -> Vec<D> {
-        self.share.sub(self.in_flight);
+        self.share.sub(self.in_flight + self.reserved);
         self.share.leave();
         self.progress.end();
         self.in_flight = 0;
+        self.reserved = 0;
         self.next = self.size;
         self.queue
             .drain(..)

@@ -132,6 +132,20 @@ impl Share {
         self.process.held.fetch_sub(len, Ordering::Relaxed);
     }
 
+    /// Takes what `plan` returns, planned from this share's limit and the process's room, in
+    /// one step under the process lock: transfers planning at once cannot each count the same
+    /// room. Returns the lengths planned; their bytes are held from now on.
+    pub(crate) fn reserve(&self, plan: impl FnOnce(usize, usize) -> Vec<usize>) -> Vec<usize> {
+        let state = self.process.state();
+        let limit = (state.bound / state.transfers.max(1)).min(self.cap).max(1);
+        let room = state
+            .bound
+            .saturating_sub(self.process.held.load(Ordering::Relaxed));
+        let lengths = plan(limit, room);
+        self.add(lengths.iter().sum());
+        lengths
+    }
+
     /// The transfer ended: the others share the bound without it. Idempotent.
     pub(crate) fn leave(&self) {
         if self.running.swap(false, Ordering::AcqRel) {
@@ -141,10 +155,11 @@ impl Share {
 }
 
 impl Drop for Share {
+    /// Its bytes go before it leaves, so that the process never counts them without it.
     fn drop(&mut self) {
-        self.leave();
         let held = *self.held.get_mut();
         self.process.held.fetch_sub(held, Ordering::Relaxed);
+        self.leave();
     }
 }
 
@@ -199,6 +214,23 @@ mod tests {
         assert!(!late.fits(4, 2));
         early.sub(14);
         assert!(late.fits(4, 2));
+    }
+
+    #[test]
+    fn a_reservation_takes_the_room_it_planned_from() {
+        let process = process(64);
+        let (a, b) = (process.join(None), process.join(None));
+        let planned = a.reserve(|limit, room| {
+            assert_eq!((limit, room), (32, 64));
+            vec![16, 16]
+        });
+        assert_eq!(planned, vec![16, 16]);
+        // `b` plans after `a` and sees what is left, not the room `a` saw.
+        b.reserve(|_, room| {
+            assert_eq!(room, 32);
+            vec![]
+        });
+        assert_eq!(process.snapshot(), (64, 2, 32));
     }
 
     #[test]
