@@ -8,20 +8,22 @@ PY := $(VENV)/bin/python
 SYSTEM_PYTHON := /usr/bin/python3
 APT_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev \
 	python3-rbd python3-rados python3-venv python3-dev gcc pkg-config libssl-dev valgrind \
-	mariadb-server-core debootstrap
+	mariadb-server-core debootstrap qemu-user-static
 PIP_PACKAGES := --group dev
 # The end-to-end layer: a real glance-api (WSGI app served by uWSGI, catalogue in MariaDB) and
 # a real client. pip's cryptography breaks Debian's pyOpenSSL in a --system-site-packages venv;
 # a newer pyOpenSSL fixes it.
 E2E_PACKAGES := glance==33.0.0 uwsgi==2.0.31 python-glanceclient PyMySQL "pyOpenSSL>=24"
 
-.PHONY: help deps build dev deb demo test test-fast test-rust test-python check-py39 check-abi3 \
+.PHONY: help deps build build-arm64 dev deb demo test test-fast test-rust test-python check-py39 check-abi3 \
 	bench cluster-up cluster-down lint clean
 
 # A cluster that `make cluster-up` left running in .cluster: the test targets hand it to pytest
 # (GLANCE_RBD_TEST_CLUSTER) instead of booting one per run. Set that variable to use another.
 CLUSTER_DIR := .cluster
 WITH_CLUSTER = GLANCE_RBD_TEST_CLUSTER="$${GLANCE_RBD_TEST_CLUSTER:-$$($(PY) -m tests.harness.cluster status $(CLUSTER_DIR))}"
+# This machine's wheel (make build); make build-arm64 puts the aarch64 one next to it.
+WHEEL = target/wheels/*-linux_$(shell uname -m).whl
 # What pytest imports must be the build just installed, not python/ (an editable install of
 # `maturin develop`) nor a stale extension module left there.
 CHECK_INSTALLED = $(PY) -c 'import sys, glance_rbd_native._native as n, glance_rbd_native as p; \
@@ -48,16 +50,22 @@ $(VENV)/.deps: Makefile pyproject.toml
 	touch $@
 
 build: deps ## Build the release wheel (one for CPython 3.9 on: abi3) and install it into the virtualenv
-	rm -rf target/wheels python/glance_rbd_native/*.so
+	rm -rf $(WHEEL) python/glance_rbd_native/*.so
 	$(VENV)/bin/maturin build --release -q -i $(PY) -o target/wheels
-	@ls target/wheels/*.whl
-	$(PY) -m pip install -q --force-reinstall --no-deps target/wheels/*.whl
+	@ls $(WHEEL)
+	$(PY) -m pip install -q --force-reinstall --no-deps $(WHEEL)
 	@$(CHECK_INSTALLED)
 
+# Cross-compiled in a cached Debian 13 root (packaging/cross.py), from the crates cargo fetched.
+build-arm64: deps ## The aarch64 wheel, cross-compiled next to the x86_64 one (cached by source)
+	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo fetch --locked -q
+	$(SYSTEM_PYTHON) packaging/cross.py --out target/wheels
+
 # What apt installs on Debian's and Ubuntu's python3, where pip may not (PEP 668).
-deb: build ## The Debian package of the release wheel: target/debian/glance-rbd-native_<version>_<arch>.deb
+deb: build build-arm64 ## The Debian packages of both wheels: target/debian/glance-rbd-native_<version>_<arch>.deb
 	rm -rf target/debian
-	$(SYSTEM_PYTHON) packaging/deb.py --out target/debian target/wheels/*.whl
+	for wheel in target/wheels/*.whl; do \
+		$(SYSTEM_PYTHON) packaging/deb.py --out target/debian $$wheel || exit 1; done
 
 dev: deps ## A debug build installed into the virtualenv in its place: quick to rebuild (make build puts the release one back)
 	rm -rf target/dev-wheels python/glance_rbd_native/*.so
@@ -72,7 +80,14 @@ bench: build ## Every performance target, side by side, medians of 3 rounds
 	$(PY) -m benchmarks.bench
 
 # lint first: it installs the debug build to check the stub; the release wheel goes in after it.
-test: lint build check-abi3 test-rust test-python ## Everything: lint, the release wheel's checks, cargo tests, then all of pytest on it (every glance_store release, every server)
+# The Debian roots (cached; built on a fresh machine) build in the background meanwhile: the
+# cross build waits for its own, pytest runs the layer that uses them last.
+test: deps ## Everything: lint, both release wheels' checks, cargo tests, then all of pytest on it (every glance_store release, every server, the Debian roots)
+	@mkdir -p target
+	$(SYSTEM_PYTHON) -m tests.harness.debian_root all > target/roots.log 2>&1 & roots=$$!; \
+	$(MAKE) --no-print-directory lint build build-arm64 check-abi3 test-rust test-python; \
+	status=$$?; wait $$roots || { echo "building the Debian roots failed:"; cat target/roots.log; }; \
+	exit $$status
 
 test-fast: dev test-rust ## The quick loop: cargo tests, then pytest on the debug build and the cluster alone (no release matrix, Debian roots, servers, load runs or wheel checks)
 	$(WITH_CLUSTER) $(PY) -m pytest -q -m "$(FAST_MARKERS)"
@@ -101,8 +116,8 @@ cluster-down: ## Stop the cluster in .cluster (its daemons, by pid) and remove i
 check-py39: deps ## The pure-Python package stays Python 3.9-compatible
 	$(VENV)/bin/vermin -q --no-tips --violations --eval-annotations -t=3.9- python/
 
-# The extension uses the limited API of 3.9 alone, so the one wheel loads on 3.9 to 3.13.
-check-abi3: build ## The release wheel uses the limited API of 3.9 alone
+# The extension uses the limited API of 3.9 alone, so the one wheel loads on 3.9 to 3.14.
+check-abi3: build build-arm64 ## Both release wheels use the limited API of 3.9 alone
 	$(VENV)/bin/abi3audit --strict --summary target/wheels/*.whl
 
 lint: check-py39 dev ## rustfmt, clippy, ruff, Python 3.9 compatibility, the stub against the debug build

@@ -1,7 +1,10 @@
 """The guard of the contract runs (tests/harness/contract.py) on made-up results: it must name
 the file and the release of whatever differs from its table. No cluster."""
 
+import pathlib
+import re
 import subprocess
+import sys
 from xml.sax.saxutils import quoteattr
 
 import pytest
@@ -159,3 +162,40 @@ def test_the_tally_leaves_out_files_not_run_in_full():
     tally.report("tests/test_errors.py::test_a", "call", "passed")
     tally.collect("tests/test_compat.py::test_c")  # collected, never run (-x, interrupted)
     assert tally.problems(NEW, root=True) == []
+
+
+def contract_root() -> pathlib.Path:
+    return pathlib.Path(__file__).resolve().parents[1]
+
+
+def core_results(outcome="passed"):
+    results = {}
+    for case in contract.CORE:
+        results.setdefault(case.partition("::")[0], {})[case] = outcome
+    return results
+
+
+def test_the_core_names_cases_of_the_contract_files():
+    """Each case of the emulated core exists: pytest collects it from the checkout."""
+    ids = [f"tests/{case}" for case in contract.CORE]
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                          "-p", "no:cacheprovider", *ids], capture_output=True, text=True,
+                         cwd=contract_root()).stdout
+    assert sorted(line for line in out.splitlines() if "::" in line) == sorted(ids)
+
+
+def test_a_core_run_passes_only_with_each_case_passed():
+    results = core_results()
+    assert contract.check_cases("arm64", contract.CORE, completed(), junit(results)) == (
+        "171 passed in 1s")
+    first = contract.CORE[0]
+    results[first.partition("::")[0]][first] = "skipped"
+    with pytest.raises(AssertionError, match=re.escape(f"arm64: {first}: skipped")):
+        contract.check_cases("arm64", contract.CORE, completed(), junit(results))
+    results = core_results()
+    results["test_patch.py"] = {"test_patch.py::test_case[0]": "passed"}
+    with pytest.raises(AssertionError, match=r"test_case\[0\]: ran, not one of the cases"):
+        contract.check_cases("arm64", contract.CORE, completed(), junit(results))
+    del results["test_patch.py"], results["test_errors.py"]
+    with pytest.raises(AssertionError, match=r"test_errors\.py::test_size_exceeds: not run"):
+        contract.check_cases("arm64", contract.CORE, completed(), junit(results))

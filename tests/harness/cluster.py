@@ -281,6 +281,10 @@ admin socket = {r}/run/$name.$pid.asok
     # -- daemons on demand ----------------------------------------------------------------
 
     def start_mgr(self) -> None:
+        # Available already: started by whoever runs the cluster, maybe in a pid namespace
+        # where its process is not to be seen (an emulated Debian root's).
+        if self._mgr_available():
+            return
         if not self._alive("mgr.x"):
             self._spawn("mgr.x")
         self._wait("mgr available", self._mgr_available, 120)
@@ -489,7 +493,8 @@ admin socket = {r}/run/$name.$pid.asok
         return any(o["osd"] == 0 and o["up"] for o in osds)
 
     def _mgr_available(self) -> bool:
-        return json.loads(self.ceph("mgr", "stat", "--format", "json", timeout=10))["available"]
+        # Under emulation the ceph command alone takes seconds to start.
+        return json.loads(self.ceph("mgr", "stat", "--format", "json", timeout=60))["available"]
 
     def _probe(self) -> None:
         # Only a real write proves the PGs have peered and rbd's object class is loaded.

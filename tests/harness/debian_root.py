@@ -10,7 +10,8 @@ reachable from it.
 Every command runs in a mount namespace of its own (`unshare --mount --propagation private`):
 /proc, /dev, /sys, a fresh /tmp and the bind mounts are made there and vanish with its last
 process, so nothing stays mounted on any exit path. `chroot ... env -i` keeps the host's
-environment (pyenv, CEPH_ARGS, PYTHONPATH) out.
+environment (pyenv, CEPH_ARGS, PYTHONPATH) out. A root of another architecture runs under
+qemu-user, each command in namespaces of its own that alone see the handler (emulation.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+
+from tests.harness import emulation
 
 MIRROR = "http://deb.debian.org/debian"
 # No database, message queue or keystone set-up at install time: the tests configure glance.
@@ -55,6 +58,10 @@ class Release:
     # sid has no point or security updates; the mirror reached here is a snapshot whose sid
     # Release file is past its Valid-Until, which apt refuses unless told.
     unstable: bool = False
+    # The root's own architecture (another runs under qemu-user), and the others whose
+    # packages it may install (multiarch: a cross build's libraries).
+    arch: str = emulation.HOST_ARCH
+    foreign: tuple[str, ...] = ()
 
     @property
     def sources(self) -> str:
@@ -71,9 +78,16 @@ class Release:
     def key(self) -> str:
         """What the cached root is made of, as a short hash: a change of any of it builds
         anew."""
+        architectures = "" if self.arch == emulation.HOST_ARCH and not self.foreign else \
+            " ".join([self.arch, *self.foreign])
         recipe = "\n".join([self.suite, self.sources, *filter(None, [self.apt_conf]),
-                             " ".join(self.packages), PRESEEDS])
+                             " ".join(self.packages), PRESEEDS, *filter(None, [architectures])])
         return hashlib.sha256(recipe.encode()).hexdigest()[:12]
+
+    @property
+    def name(self) -> str:
+        """The suite, and the architecture when it is not the host's: the cache's name."""
+        return self.suite if self.arch == emulation.HOST_ARCH else f"{self.suite}-{self.arch}"
 
 
 # Debian 12: glance 25.1.0, glance_store 4.1.0, Python 3.11, Ceph 16.
@@ -85,6 +99,18 @@ TRIXIE = Release("trixie", (*GLANCE_PACKAGES, "python3-pytest", "ceph-common"))
 # for a Tentacle cluster (tests/harness/cluster.py runs them inside the root).
 SID = Release("sid", (*GLANCE_PACKAGES, "python3-pytest", "ceph-common", "ceph-mon", "ceph-osd",
                       "ceph-mgr"), unstable=True)
+# Debian 13 on arm64, under qemu-user: glance_store 4.9.1 and the Ceph 18 client without
+# glance-api (emulation is slow: the contract's core is what runs there), python3-venv for the
+# wheel, and the rbd and ceph commands the contract tests check the pool with.
+TRIXIE_ARM64 = Release("trixie", ("python3-glance-store", "python3-rbd", "python3-rados",
+                                  "python3-numpy", "python3-pytest", "python3-venv",
+                                  "ceph-common"), arch="arm64")
+# The aarch64 wheel's cross build (packaging/cross.py): Debian 13's rustc 1.85 with the aarch64
+# standard library of the same build, the aarch64 cross gcc and the arm64 C libraries linked.
+TRIXIE_CROSS = Release("trixie", ("rustc", "cargo", "libstd-rust-dev:arm64",
+                                  "gcc-aarch64-linux-gnu", "libc6-dev:arm64", "librbd-dev:arm64",
+                                  "librados-dev:arm64", "libssl-dev:arm64", "pkgconf"),
+                       foreign=("arm64",))
 # The project's Debian package (packaging/deb.py builds it from the wheel).
 PACKAGE = "glance-rbd-native"
 DEB_BUILDER = pathlib.Path(__file__).resolve().parents[2] / "packaging" / "deb.py"
@@ -120,7 +146,7 @@ class DebianRoot:
         """The cached root of `release`, built first if missing. Holds a lock on it for the life
         of the process: tests rewrite its configuration, so two runs must not use it at once."""
         CACHE.mkdir(parents=True, exist_ok=True)
-        final = CACHE / f"{release.suite}-{release.key()}"
+        final = CACHE / f"{release.name}-{release.key()}"
         lock = open(CACHE / f"{final.name}.lock", "w")  # held until close()
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -156,8 +182,21 @@ class DebianRoot:
     def command(self, argv, *, user: str | None = None, env: dict | None = None,
                 cwd: str = "/") -> list[str]:
         """The host argv that runs `argv` inside the root, as `user` (default root), with only
-        PATH, HOME, LANG and `env` in its environment."""
+        PATH, HOME, LANG and `env` in its environment. A native root's alone: an emulated
+        root's commands need their ids mapped once started (`run`, `popen`)."""
+        if emulation.foreign(self.release.arch):
+            raise RootError(f"{self.path} is {self.release.arch}: start its commands with run "
+                            "or popen")
+        return ["unshare", "--mount", "--propagation", "private", "--",
+                *self._chrooted(argv, user=user, env=env, cwd=cwd)]
+
+    def _chrooted(self, argv, *, user, env, cwd) -> list[str]:
+        """The shell that mounts what the root needs, then chroots into it and runs `argv`."""
         script = MOUNT
+        if emulation.foreign(self.release.arch):
+            # Its user namespace may mount no sysfs of its own (the network's is the host's).
+            script = script.replace('mount -t sysfs sysfs "$r/sys"', 'mount --rbind /sys "$r/sys"')
+            script = script.replace("set -e\n", "set -e\n" + emulation.script(self.release.arch))
         for src in self.binds:
             quoted = shlex.quote(str(src))
             script += f'mkdir -p "$r"{quoted}\nmount --bind {quoted} "$r"{quoted}\n'
@@ -171,15 +210,26 @@ class DebianRoot:
             chroot.append(f"--userspec={uid}:{gid}")
             chroot.append(f"--groups={gid}")
         variables = {"PATH": PATH, "HOME": home, "LANG": "C.UTF-8", **(env or {})}
-        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script,
-                "sh", str(self.path), *chroot, str(self.path), "/usr/bin/env", "-i", "-C", cwd,
-                *(f"{k}={v}" for k, v in variables.items()), *map(str, argv)]
+        return ["/bin/sh", "-c", script, "sh", str(self.path), *chroot, str(self.path),
+                "/usr/bin/env", "-i", "-C", cwd, *(f"{k}={v}" for k, v in variables.items()),
+                *map(str, argv)]
+
+    def _start(self, argv, *, user, env, cwd, **popen) -> subprocess.Popen:
+        if emulation.foreign(self.release.arch):
+            return emulation.spawn(self._chrooted(argv, user=user, env=env, cwd=cwd), **popen)
+        return subprocess.Popen(self.command(argv, user=user, env=env, cwd=cwd), **popen)
 
     def run(self, *argv, user=None, env=None, cwd="/", timeout=600, check=True
             ) -> subprocess.CompletedProcess:
-        res = subprocess.run(self.command(argv, user=user, env=env, cwd=cwd),
-                             stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                             timeout=timeout)
+        proc = self._start(argv, user=user, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except BaseException:
+            emulation.kill(proc) if emulation.foreign(self.release.arch) else proc.kill()
+            proc.communicate()
+            raise
+        res = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
         if check and res.returncode:
             raise RootError(f"{' '.join(map(str, argv))} in {self.path}: exit {res.returncode}\n"
                             f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
@@ -187,10 +237,10 @@ class DebianRoot:
 
     def popen(self, argv, *, user=None, env=None, cwd="/", stdout=None) -> subprocess.Popen:
         """Starts a long-lived process in its own session; its pid is the process itself
-        (unshare, sh and chroot each exec the next)."""
-        return subprocess.Popen(self.command(argv, user=user, env=env, cwd=cwd),
-                                stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        (unshare, sh and chroot each exec the next), or in an emulated root unshare, whose end
+        ends it."""
+        return self._start(argv, user=user, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                           stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
 
     def processes(self, user: str | None = None) -> list[int]:
         """The pids of the processes running inside the root (of its `user` alone, if given)."""
@@ -297,10 +347,20 @@ def _build(final: pathlib.Path, release: Release) -> float:
     partial.mkdir()
     print(f"building the Debian root {final} (a few minutes, once)", file=sys.stderr)
     # debootstrap mounts /proc and /sys in the target itself: in a namespace of its own, they
-    # go when it does, however it ends.
+    # go when it does, however it ends. Another architecture's packages are configured in the
+    # root, under qemu (the second stage).
+    emulated = emulation.foreign(release.arch)
     _check(["unshare", "--mount", "--propagation", "private", "--", "debootstrap",
-            "--variant=minbase", release.suite, str(partial), MIRROR])
+            "--variant=minbase", f"--arch={release.arch}", *(["--foreign"] if emulated else []),
+            release.suite, str(partial), MIRROR])
     root = DebianRoot(partial, release)
+    if emulated:
+        # As in an unprivileged container (its user namespace may not mknod): debootstrap's
+        # own way of taking the devices as they are (the host's /dev, bound in).
+        root.run("/debootstrap/debootstrap", "--second-stage", env={"container": "lxc"},
+                 timeout=1800)
+    for arch in release.foreign:
+        root.run("dpkg", "--add-architecture", arch)
     # No package may start a service.
     root.write("/usr/sbin/policy-rc.d", "#!/bin/sh\nexit 101\n", mode=0o755)
     root.write("/etc/apt/sources.list", release.sources)
@@ -310,8 +370,20 @@ def _build(final: pathlib.Path, release: Release) -> float:
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     root.run("debconf-set-selections", "/root/preseed", env=env)
     root.run("apt-get", "update", "-qq", env=env)
+    if emulated:
+        # Each package's postinst byte-compiles it in a python3 of its own, which qemu takes
+        # seconds to start: they are compiled once, in one python3, after the install.
+        root.run("dpkg-divert", "--local", "--rename", "--divert", "/usr/bin/py3compile.real",
+                 "--add", "/usr/bin/py3compile")
+        root.write("/usr/bin/py3compile", "#!/bin/sh\nexit 0\n", mode=0o755)
     root.run("apt-get", "install", "-y", "-qq", "--no-install-recommends",
-             "-o", "Dpkg::Options::=--force-confold", *release.packages, env=env, timeout=1800)
+             "-o", "Dpkg::Options::=--force-confold", *release.packages, env=env, timeout=3600)
+    if emulated:
+        root.file("/usr/bin/py3compile").unlink()
+        root.run("dpkg-divert", "--local", "--rename", "--remove", "/usr/bin/py3compile")
+        # Not checked: like py3compile, it leaves alone what does not compile (test data).
+        root.run("python3", "-m", "compileall", "-q", "-j", "0", "/usr/lib/python3/dist-packages",
+                 timeout=1800, check=False)
     root.run("apt-get", "clean", env=env)
     root.file("/root/preseed").unlink()
     (partial / ".complete").write_text(" ".join(release.packages) + "\n")
@@ -339,10 +411,17 @@ def _check(argv) -> None:
                         f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
 
 
+# Every root the tests and the cross build use, in the order they are first needed.
+RELEASES = {"trixie-cross": TRIXIE_CROSS, "bookworm": BOOKWORM, "trixie": TRIXIE, "sid": SID,
+            "trixie-arm64": TRIXIE_ARM64}
+
 if __name__ == "__main__":
-    # python -m tests.harness.debian_root [bookworm|trixie|sid]: builds (or finds) the cached
-    # root.
-    suite = sys.argv[1] if len(sys.argv) > 1 else "bookworm"
+    # python -m tests.harness.debian_root [NAME ...|all]: builds (or finds) the cached roots,
+    # one after the other; a run that uses a root meanwhile waits for its lock.
+    names = sys.argv[1:] or ["bookworm"]
     with contextlib.suppress(KeyboardInterrupt):
-        built = DebianRoot.ensure({r.suite: r for r in (BOOKWORM, TRIXIE, SID)}[suite])
-        print(built.path, f"built in {built.build_seconds:.0f}s" if built.build_seconds else "")
+        for name in RELEASES if names == ["all"] else names:
+            built = DebianRoot.ensure(RELEASES[name])
+            built.close()
+            print(built.path, f"built in {built.build_seconds:.0f}s" if built.build_seconds
+                  else "cached", flush=True)

@@ -40,11 +40,14 @@ def requirements(version: str) -> list[str]:
     return reqs
 
 
-def wheel() -> pathlib.Path:
-    """The wheel `make build` made: the one every virtualenv installs."""
-    found = sorted((ROOT / "target" / "wheels").glob("glance_rbd_native-*.whl"))
+def wheel(platform: str = "x86_64") -> pathlib.Path:
+    """The wheel `make build` made: the one every virtualenv installs; or, for "aarch64", the
+    one `make build-arm64` cross-compiled next to it."""
+    found = sorted((ROOT / "target" / "wheels").glob(f"glance_rbd_native-*-linux_{platform}.whl"))
     if len(found) != 1:
-        raise FileNotFoundError(f"expected one wheel in target/wheels (run `make build`): {found}")
+        make = "make build-arm64" if platform == "aarch64" else "make build"
+        raise FileNotFoundError(f"expected one {platform} wheel in target/wheels (run `{make}`): "
+                                f"{found}")
     return found[0]
 
 
