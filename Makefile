@@ -80,11 +80,12 @@ bench: build ## Every performance target, side by side, medians of 3 rounds
 	$(PY) -m benchmarks.bench
 
 # lint first: it installs the debug build to check the stub; the release wheel goes in after it.
-# The Debian roots (cached; built on a fresh machine) build in the background meanwhile: the
-# cross build waits for its own, pytest runs the layer that uses them last.
+# The Debian roots (cached; built on a fresh machine) build in the background meanwhile, at
+# the lowest priority: the cross build waits for its own, pytest runs the layer that uses them
+# last.
 test: deps ## Everything: lint, both release wheels' checks, cargo tests, then all of pytest on it (every glance_store release, every server, the Debian roots)
 	@mkdir -p target
-	$(SYSTEM_PYTHON) -m tests.harness.debian_root all > target/roots.log 2>&1 & roots=$$!; \
+	nice -n 19 $(SYSTEM_PYTHON) -m tests.harness.debian_root all > target/roots.log 2>&1 & roots=$$!; \
 	$(MAKE) --no-print-directory lint build build-arm64 check-abi3 test-rust test-python; \
 	status=$$?; wait $$roots || { echo "building the Debian roots failed:"; cat target/roots.log; }; \
 	exit $$status

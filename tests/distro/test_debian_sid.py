@@ -151,11 +151,13 @@ def test_contract_from_sid(debian_root, tentacle):
     print(f"{where}: {contract.check(where, GLANCE_STORE, result, xml)}")
 
 
-@pytest.mark.parametrize("version", [stock_versions.VERSION_TEXT, "4.1.0"])
-def test_contract_from_an_older_host(tentacle, version, tmp_path):
+def test_contract_from_an_older_host(tentacle, tmp_path):
     """The contract files on the host: Debian 12's Ceph 16 client, with glance_store 5.7.0 (this
-    interpreter's) and 4.1.0, once the cluster allows aes and glance has a legacy key."""
-    python = sys.executable if version == stock_versions.VERSION_TEXT else venvs.release(version)
+    interpreter's), once the cluster allows aes and glance has a legacy key. (What differs on
+    Tentacle is the client's Ceph release; what differs between glance_store releases the
+    matrix runs against the Ceph 16 cluster.)"""
+    version = stock_versions.VERSION_TEXT
+    python = sys.executable
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["GLANCE_RBD_TEST_CLUSTER"] = str(tentacle.root)
     junit = tmp_path / "contract.xml"
