@@ -88,7 +88,7 @@ def test_the_handler_is_seen_only_in_its_namespaces(root):
         assert str(root.path) not in mounts
         assert " binfmt_misc " not in mounts
     finally:
-        emulation.kill(proc)
+        root.kill(proc)
         proc.wait()
     assert root.processes() == []
 

@@ -226,7 +226,7 @@ class DebianRoot:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except BaseException:
-            emulation.kill(proc) if emulation.foreign(self.release.arch) else proc.kill()
+            self.kill(proc)
             proc.communicate()
             raise
         res = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
@@ -237,10 +237,18 @@ class DebianRoot:
 
     def popen(self, argv, *, user=None, env=None, cwd="/", stdout=None) -> subprocess.Popen:
         """Starts a long-lived process in its own session; its pid is the process itself
-        (unshare, sh and chroot each exec the next), or in an emulated root unshare, whose end
-        ends it."""
+        (unshare, sh and chroot each exec the next), or in an emulated root unshare's: stop
+        it with `kill`."""
         return self._start(argv, user=user, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                            stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        """Kills what `run` or `popen` started, and in an emulated root every process of its
+        pid namespace."""
+        if emulation.foreign(self.release.arch):
+            emulation.kill(proc)
+        else:
+            proc.kill()
 
     def processes(self, user: str | None = None) -> list[int]:
         """The pids of the processes running inside the root (of its `user` alone, if given)."""

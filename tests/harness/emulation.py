@@ -56,8 +56,7 @@ def script(arch: str) -> str:
 
 def wrap(argv: list[str]) -> list[str]:
     """`argv` in new user, pid and mount namespaces; it starts once `spawn` has mapped the
-    ids (until then the new namespace's root has no ids on the files). Killing unshare kills
-    all of it (--kill-child, and the pid namespace's first process)."""
+    ids (until then the new namespace's root has no ids on the files). `kill` ends all of it."""
     wait = 'until grep -q " 0 " /proc/self/uid_map; do sleep 0.01; done\nexec "$@"\n'
     return ["unshare", "--user", "--pid", "--fork", "--kill-child", "--mount", "--propagation",
             "private", "--",
