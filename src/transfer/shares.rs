@@ -103,14 +103,22 @@ pub(crate) struct Share {
 impl Share {
     /// The bytes this transfer may hold now, besides the one chunk it always may (`fits`).
     pub(crate) fn limit(&self) -> usize {
-        let state = self.process.state();
+        self.limit_in(&self.process.state())
+    }
+
+    fn limit_in(&self, state: &State) -> usize {
         (state.bound / state.transfers.max(1)).min(self.cap).max(1)
     }
 
     /// Bytes the process may still take before it reaches its bound (0 when over it).
     pub(crate) fn process_room(&self) -> usize {
-        let held = self.process.held.load(Ordering::Relaxed);
-        self.process.state().bound.saturating_sub(held)
+        self.room_in(&self.process.state())
+    }
+
+    fn room_in(&self, state: &State) -> usize {
+        state
+            .bound
+            .saturating_sub(self.process.held.load(Ordering::Relaxed))
     }
 
     /// Whether `len` more bytes fit next to the `held` ones: within the share and the process
@@ -137,11 +145,7 @@ impl Share {
     /// room. Returns the lengths planned; their bytes are held from now on.
     pub(crate) fn reserve(&self, plan: impl FnOnce(usize, usize) -> Vec<usize>) -> Vec<usize> {
         let state = self.process.state();
-        let limit = (state.bound / state.transfers.max(1)).min(self.cap).max(1);
-        let room = state
-            .bound
-            .saturating_sub(self.process.held.load(Ordering::Relaxed));
-        let lengths = plan(limit, room);
+        let lengths = plan(self.limit_in(&state), self.room_in(&state));
         self.add(lengths.iter().sum());
         lengths
     }

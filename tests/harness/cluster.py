@@ -382,14 +382,16 @@ admin socket = {r}/run/$name.$pid.asok
 
     @contextlib.contextmanager
     def pool_over_quota(self, name: str):
-        """A new pool `name` flagged full: a 4 MiB quota and 8 MiB written to its image `filler`.
-        Starts the mgr (quotas need its pool statistics); deletes the pool afterwards."""
+        """A new pool `name` flagged full: 8 MiB written to its image `filler`, then a 4 MiB
+        quota. Starts the mgr (quotas need its pool statistics); deletes the pool afterwards.
+        The quota comes after the writes: set before, a slow writer (an emulated `rbd`) is still
+        writing when the pool is flagged full, and blocks there."""
         self.start_mgr()
         self.create_pool(name)
         try:
-            self.ceph("osd", "pool", "set-quota", name, "max_bytes", str(4 << 20))
             self.rbd("create", "--size", "16M", f"{name}/filler")
             self.rbd("bench", "--io-type", "write", "--io-total", "8M", f"{name}/filler")
+            self.ceph("osd", "pool", "set-quota", name, "max_bytes", str(4 << 20))
             self.wait_pool_full(name)
             yield name
         finally:

@@ -7,7 +7,8 @@ binfmt_misc has a table of its own. So each command runs in a new user namespace
 host's ids one for one (root in it is root over the root's files, and apt's and glance's users
 keep their ids), with a pid namespace of its own (for a /proc it may mount) and a mount
 namespace, and registers qemu there, with the F flag: the kernel opens qemu at registration, so
-it runs inside a chroot that has no qemu. Everything goes with the command's last process.
+it runs inside a chroot that has no qemu. The handler, the mounts and every process of the
+command go when its pid namespace's init does: `kill` ends that first.
 """
 
 from __future__ import annotations
