@@ -159,7 +159,7 @@ def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
     timeout = 5
     store = make_store(cluster, chunk_mib=1, timeout=timeout)
     source = StopsOsdAfter(cluster, data_of(16 * MiB), after=4 * MiB)
-    with pytest.raises(glance_rbd_native.RbdError) as raised:
+    with pytest.raises(glance_rbd_native.TimedOut) as raised:
         store.add(name, source, 0, "sha512")
     assert source.stopped
     elapsed = time.monotonic() - source.stopped
@@ -202,7 +202,7 @@ def test_osd_stopped_mid_read_errors_within_the_timeout(cluster, clean_pool, osd
     assert next(stream) == data[:MiB]
     osd_stopped()
     stopped = time.monotonic()
-    with pytest.raises(glance_rbd_native.RbdError) as raised:
+    with pytest.raises(glance_rbd_native.TimedOut) as raised:
         for _ in stream:
             pass
     elapsed = time.monotonic() - stopped

@@ -28,6 +28,10 @@ class PermissionDenied(RbdError):
     """The cluster refused an operation to the user (EPERM or EACCES): its caps do not allow it.
     The message names the operation, the pool, the user and the caps glance's user needs."""
 
+class TimedOut(RbdError):
+    """The cluster gave no answer within rados_connect_timeout (ETIMEDOUT): the OSDs may be down
+    or unreachable, or, on Ceph 20, the user may have no osd cap on the pool."""
+
 class ConnectError(RbdError):
     """The cluster could not be reached: configuration file, user, keyring or monitors."""
 

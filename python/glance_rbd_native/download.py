@@ -14,7 +14,6 @@ mid-stream (a client that disconnects): the reads in flight are drained and the 
 Every native call that waits goes through ``green.call``, so under eventlet the hub goes on.
 """
 
-import errno
 import logging
 
 from glance_store import exceptions
@@ -26,8 +25,8 @@ from glance_rbd_native._native import (
     NotFound,
     PermissionDenied,
     PoolNotFound,
-    RbdError,
     RbdReader,
+    TimedOut,
 )
 
 LOG = logging.getLogger(__name__)
@@ -135,7 +134,5 @@ def _open(store, pool, image, snapshot):
         raise errors.missing_pool(exc) from exc
     except PermissionDenied as exc:
         raise errors.refused(exc) from exc
-    except RbdError as exc:
-        if exc.errno != errno.ETIMEDOUT:
-            raise
+    except TimedOut as exc:
         raise errors.no_answer(exc) from exc

@@ -10,7 +10,6 @@ threads of their own; an algorithm it lacks falls back to hashlib. Every native 
 waits goes through ``green.call``, so under eventlet the hub goes on meanwhile.
 """
 
-import errno
 import logging
 import math
 import time
@@ -27,8 +26,8 @@ from glance_rbd_native._native import (
     NoSpace,
     PermissionDenied,
     PoolNotFound,
-    RbdError,
     RbdWriter,
+    TimedOut,
     native_digests,
 )
 
@@ -147,9 +146,7 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
         raise errors.missing_pool(exc) from exc
     except PermissionDenied as exc:
         raise errors.refused(exc) from exc
-    except RbdError as exc:
-        if exc.errno != errno.ETIMEDOUT:
-            raise
+    except TimedOut as exc:
         raise errors.no_answer(exc) from exc
 
 

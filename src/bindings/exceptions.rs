@@ -44,6 +44,13 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     glance_rbd_native,
+    TimedOut,
+    RbdError,
+    "The cluster gave no answer within rados_connect_timeout (ETIMEDOUT): the OSDs may be down \
+     or unreachable, or, on Ceph 20, the user may have no osd cap on the pool."
+);
+pyo3::create_exception!(
+    glance_rbd_native,
     ConnectError,
     RbdError,
     "The cluster could not be reached: configuration file, user, keyring or monitors."
@@ -72,6 +79,7 @@ impl From<Error> for PyErr {
                     libc::ENOENT if target.image.is_none() => PoolNotFound::new_err(args),
                     libc::ENOENT => NotFound::new_err(args),
                     libc::EPERM | libc::EACCES => PermissionDenied::new_err(args),
+                    libc::ETIMEDOUT => TimedOut::new_err(args),
                     _ => RbdError::new_err(args),
                 }
             }
@@ -87,6 +95,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("NotFound", py.get_type::<NotFound>())?;
     module.add("PoolNotFound", py.get_type::<PoolNotFound>())?;
     module.add("PermissionDenied", py.get_type::<PermissionDenied>())?;
+    module.add("TimedOut", py.get_type::<TimedOut>())?;
     module.add("ConnectError", py.get_type::<ConnectError>())?;
     module.add("InternalError", py.get_type::<InternalError>())?;
     Ok(())
@@ -152,6 +161,7 @@ mod tests {
             (Op::Open, &image, libc::ENOENT, "NotFound"),
             (Op::Create, &image, libc::EPERM, "PermissionDenied"),
             (Op::Open, &image, libc::EACCES, "PermissionDenied"),
+            (Op::Write, &image, libc::ETIMEDOUT, "TimedOut"),
             (Op::Flush, &image, libc::EIO, "RbdError"),
         ];
         for (op, target, errno, class) in cases {
