@@ -16,7 +16,7 @@ PIP_PACKAGES := --group dev
 E2E_PACKAGES := glance==33.0.0 uwsgi==2.0.31 python-glanceclient PyMySQL "pyOpenSSL>=24"
 
 .PHONY: help deps build build-arm64 dev deb demo test test-fast test-rust test-python check-py39 check-abi3 \
-	bench cluster-up cluster-down lint clean
+	bench cluster-up cluster-down lint lint-checks clean
 
 # A cluster that `make cluster-up` left running in .cluster: the test targets hand it to pytest
 # (GLANCE_RBD_TEST_CLUSTER) instead of booting one per run. Set that variable to use another.
@@ -79,14 +79,16 @@ demo: build ## Boot a throwaway cluster; upload one image through the stock and 
 bench: build ## Every performance target, side by side, medians of 3 rounds
 	$(PY) -m benchmarks.bench
 
-# lint first: it installs the debug build to check the stub; the release wheel goes in after it.
-# The Debian roots (cached; built on a fresh machine) build in the background meanwhile, at
-# the lowest priority: the cross build waits for its own, pytest runs the layer that uses them
-# last.
+# The release wheel first: lint's checks run on it (stubtest against the module it installed),
+# which spares a debug build of every crate. The Debian roots (cached; built on a fresh
+# machine) build in the background meanwhile, at the lowest priority, the cross build's first:
+# lint and the cargo tests compile while it builds, the cross build comes after them, and
+# pytest runs the layer that uses the others last.
 test: deps ## Everything: lint, both release wheels' checks, cargo tests, then all of pytest on it (every glance_store release, every server, the Debian roots)
 	@mkdir -p target
 	nice -n 19 $(SYSTEM_PYTHON) -m tests.harness.debian_root all > target/roots.log 2>&1 & roots=$$!; \
-	$(MAKE) --no-print-directory lint build build-arm64 check-abi3 test-rust test-python; \
+	$(MAKE) --no-print-directory build check-py39 lint-checks test-rust build-arm64 check-abi3 \
+		test-python; \
 	status=$$?; wait $$roots || { echo "building the Debian roots failed:"; cat target/roots.log; }; \
 	exit $$status
 
@@ -121,7 +123,10 @@ check-py39: deps ## The pure-Python package stays Python 3.9-compatible
 check-abi3: build build-arm64 ## Both release wheels use the limited API of 3.9 alone
 	$(VENV)/bin/abi3audit --strict --summary target/wheels/*.whl
 
-lint: check-py39 dev ## rustfmt, clippy, ruff, Python 3.9 compatibility, the stub against the debug build
+lint: check-py39 dev lint-checks ## rustfmt, clippy, ruff, Python 3.9 compatibility, the stub against the debug build
+
+# make lint's checks, on whichever build is installed (make test: the release one).
+lint-checks: deps
 	cargo fmt --check
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo clippy --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python/ tests/ benchmarks/ packaging/

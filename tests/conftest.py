@@ -17,9 +17,12 @@ import pytest
 
 import glance_rbd_native
 from tests import stock_versions
-from tests.harness import contract
+from tests.harness import contract, emulation
 from tests.harness.cluster import Cluster
 from tests.harness.stores import Images
+
+# A time limit for every test; a dead cluster or a full disk ends the run.
+pytest_plugins = ("tests.harness.watchdog",)
 
 
 def pytest_report_header():
@@ -94,11 +97,24 @@ def pytest_itemcollected(item):
     _tally.collect(item.nodeid)
 
 
+# Seconds: the emulated root takes some 13 minutes to build on a fresh machine, in the
+# background; a phase of a distro test may wait for it.
+ROOT_WAIT_LIMIT = 1800
+
+
 def pytest_collection_modifyitems(items):
-    """The Debian roots' layer last: `make test` builds the roots missing in the background
-    meanwhile (tests/harness/debian_root.py), so that on a fresh machine the other layers
-    run while they build."""
-    items.sort(key=lambda item: "distro" in item.keywords)
+    """The Debian roots' layer last, and of it the emulated root last of all: `make test` builds
+    the roots missing in the background meanwhile (tests/harness/debian_root.py), the emulated
+    one the slowest, so that on a fresh machine the other layers run while they build. A test
+    of that layer may wait for its root in its set-up: it gets a longer limit."""
+    def emulated(item) -> bool:
+        release = getattr(getattr(item, "module", None), "RELEASE", None)
+        return release is not None and emulation.foreign(release.arch)
+
+    items.sort(key=lambda item: ("distro" in item.keywords, emulated(item)))
+    for item in items:
+        if "distro" in item.keywords:
+            item.add_marker(pytest.mark.time_limit(ROOT_WAIT_LIMIT))
 
 
 def pytest_deselected(items):
@@ -109,12 +125,16 @@ def pytest_deselected(items):
 # The layers of docs/testing.md, by marker; what has none of them is the driver on the cluster.
 _LAYERS = ("distro", "e2e", "matrix", "load", "wheel", "packaging")
 _layer_seconds: dict[str, float] = {}
+# Setup, call and teardown of each test: the slowest are listed at the end of a long run.
+_test_seconds: dict[str, float] = {}
+SLOWEST = 20
 
 
 def pytest_runtest_logreport(report):
     _tally.report(report.nodeid, report.when, report.outcome)
     layer = next((name for name in _LAYERS if name in report.keywords), "cluster")
     _layer_seconds[layer] = _layer_seconds.get(layer, 0.0) + report.duration
+    _test_seconds[report.nodeid] = _test_seconds.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -131,6 +151,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("time by layer (setup, call and teardown of its tests)")
         for layer, seconds in sorted(_layer_seconds.items(), key=lambda item: -item[1]):
             terminalreporter.line(f"{layer:10} {seconds / 60:5.1f} min")
+        terminalreporter.section(f"the {SLOWEST} slowest tests (setup, call and teardown)")
+        slowest = sorted(_test_seconds.items(), key=lambda item: -item[1])[:SLOWEST]
+        for nodeid, seconds in slowest:
+            terminalreporter.line(f"{seconds:7.1f} s  {nodeid}")
     if _contract_problems:
         terminalreporter.section("contract guard (tests/harness/contract.py)", red=True)
         for line in _contract_problems:

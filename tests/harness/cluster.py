@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import ClassVar
 
 # The optional mgr modules of 16.2: quotas need none of them (the mon enforces them from the
 # PG stats digest of the mgr core). The always-on ones stay: disabling those turns health to ERR.
@@ -70,6 +71,10 @@ class Cluster:
     The stores of the tests connect as `store_user` through `store_conf` (client.admin through
     ceph.conf unless `use_for_stores` says otherwise), and attach() hands that on."""
 
+    # The clusters of this process that run, booted or attached: what the test run's
+    # watchdog (tests/harness/watchdog.py) checks.
+    watched: ClassVar[set[Cluster]] = set()
+
     def __init__(self, root: pathlib.Path, *, objectstore="bluestore", osd_size_gib=8,
                  with_mgr=False, port=None, pool="images", inside=None):
         if objectstore not in ("bluestore", "memstore"):
@@ -90,6 +95,8 @@ class Cluster:
         self.boot_seconds: float | None = None
         # name -> Popen for daemons we spawned, or a bare pid for daemons found via attach().
         self._procs: dict[str, subprocess.Popen | int] = {}
+        # The daemons being stopped on purpose: not dead for the watchdog.
+        self._stopping: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -114,6 +121,7 @@ class Cluster:
             e.add_note(f"daemon logs: {self.root / 'log'}")
             raise
         self.boot_seconds = time.monotonic() - t0
+        Cluster.watched.add(self)
         return self
 
     def _boot(self) -> None:
@@ -237,6 +245,7 @@ admin socket = {r}/run/$name.$pid.asok
 """)
 
     def stop(self) -> None:
+        Cluster.watched.discard(self)
         for name in sorted(self._procs, key=_STOP_ORDER.index):
             self._kill(name)
 
@@ -258,6 +267,8 @@ admin socket = {r}/run/$name.$pid.asok
         c.store_conf = pathlib.Path(state.get("store_conf", c.conf_path))
         c.user_cipher = state.get("user_cipher")
         c._procs = {name: pid for name, pid in state["pids"].items() if c._is_ours(pid)}
+        if c.running():
+            Cluster.watched.add(c)
         return c
 
     @classmethod
@@ -277,6 +288,41 @@ admin socket = {r}/run/$name.$pid.asok
     def running(self) -> bool:
         """Whether the mon and the osd are up, as far as their processes go."""
         return all(self._alive(name) for name in ("mon.a", "osd.0"))
+
+    def dead(self) -> list[str]:
+        """The daemons that should run and do not (those stopped on purpose aside)."""
+        return [name for name in list(self._procs)
+                if name not in self._stopping and not self._alive(name)]
+
+    def pid(self, name: str) -> int:
+        proc = self._procs[name]
+        return proc.pid if isinstance(proc, subprocess.Popen) else proc
+
+    def exit_status(self, name: str) -> str:
+        proc = self._procs.get(name)
+        code = proc.poll() if isinstance(proc, subprocess.Popen) else None
+        if code is None:
+            return "its process is gone"
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit status {code}"
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        """The last lines of a daemon's output (its aborts) and of its log."""
+        tails = []
+        for path in (self.root / "log" / f"{name}.out", self.root / "log" / f"{name}.log"):
+            try:
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError as e:
+                text = [f"({e.strerror})"]
+            tails.append("\n".join([f"==> {path} <==", *text]))
+        return "\n".join(tails)
+
+    def kill_daemons(self) -> None:
+        """SIGKILL to every daemon, without waiting: a process about to end in haste."""
+        for name in list(self._procs):
+            with contextlib.suppress(ProcessLookupError, KeyError):
+                os.kill(self.pid(name), signal.SIGKILL)
 
     # -- daemons on demand ----------------------------------------------------------------
 
@@ -459,19 +505,22 @@ admin socket = {r}/run/$name.$pid.asok
             if self._procs.pop(name, None) is not None:
                 self._save()
             return
-        proc = self._procs[name]
-        pid = proc.pid if isinstance(proc, subprocess.Popen) else proc
-        for sig, bound in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-            deadline = time.monotonic() + bound
-            while self._alive(name) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if not self._alive(name):
-                del self._procs[name]
-                self._save()
-                return
-        raise CephError(f"{name} (pid {pid}) survived SIGKILL")
+        pid = self.pid(name)
+        self._stopping.add(name)
+        try:
+            for sig, bound in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+                deadline = time.monotonic() + bound
+                while self._alive(name) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if not self._alive(name):
+                    del self._procs[name]
+                    self._save()
+                    return
+            raise CephError(f"{name} (pid {pid}) survived SIGKILL")
+        finally:
+            self._stopping.discard(name)
 
     def _wait(self, what: str, ready, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -505,7 +554,7 @@ admin socket = {r}/run/$name.$pid.asok
         self.rbd("rm", "--no-progress", image, timeout=120)
 
     def _save(self) -> None:
-        pids = {n: p.pid if isinstance(p, subprocess.Popen) else p for n, p in self._procs.items()}
+        pids = {name: self.pid(name) for name in self._procs}
         state = {"fsid": self.fsid, "conf": str(self.conf_path), "pool": self.pool,
                  "port": self.port,
                  "objectstore": self.objectstore, "osd_size_gib": self.osd_size_gib,
