@@ -48,15 +48,14 @@ def root(cluster):
 @pytest.fixture(scope="module")
 def venv(root, wheel):
     """A virtualenv of the root's python3 with the aarch64 wheel pip-installed, as an operator
-    puts it next to glance; removed afterwards. Debian's pip runs from its wheel: installing pip
-    into the virtualenv first would take minutes under emulation."""
+    puts it next to glance; removed afterwards. Debian's pip, which the virtualenv sees, does
+    it: installing pip into the virtualenv first would take minutes under emulation."""
     inside = f"/var/tmp/{wheel.name}"
     root.file(inside).write_bytes(wheel.read_bytes())
-    [pip] = root.file("/usr/share/python-wheels").glob("pip-*.whl")
     try:
         root.run("python3", "-m", "venv", "--without-pip", "--system-site-packages", VENV)
-        root.run(f"{VENV}/bin/python", f"/usr/share/python-wheels/{pip.name}/pip", "install",
-                 "-q", "--no-index", "--no-deps", inside, timeout=900)
+        root.run(f"{VENV}/bin/python", "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                 inside, timeout=900)
         yield f"{VENV}/bin/python"
     finally:
         root.run("rm", "-rf", VENV, inside)

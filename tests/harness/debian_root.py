@@ -100,19 +100,22 @@ TRIXIE = Release("trixie", (*GLANCE_PACKAGES, "python3-pytest", "ceph-common"))
 SID = Release("sid", (*GLANCE_PACKAGES, "python3-pytest", "ceph-common", "ceph-mon", "ceph-osd",
                       "ceph-mgr"), unstable=True)
 # Debian 13 on arm64, under qemu-user: glance_store 4.9.1 and the Ceph 18 client without
-# glance-api (emulation is slow: the contract's core is what runs there), python3-venv for the
-# wheel, and the rbd and ceph commands the contract tests check the pool with.
+# glance-api (emulation is slow: the contract's core is what runs there), python3-venv and
+# Debian's pip for the wheel (a pip run from its wheel compiles all of itself at each start),
+# and the rbd and ceph commands the contract tests check the pool with.
 TRIXIE_ARM64 = Release("trixie", ("python3-glance-store", "python3-rbd", "python3-rados",
                                   "python3-numpy", "python3-pytest", "python3-venv",
-                                  "ceph-common"), arch="arm64")
+                                  "python3-pip", "ceph-common"), arch="arm64")
 # What the tests import in an emulated root, imported once when it is built so that it is
 # byte-compiled: glance_store's rbd driver and what it loads, the Ceph bindings, numpy, pytest
-# and its built-in plugins.
+# and its built-in plugins, and what `pip install` of a local wheel loads.
 EMULATED_WARM_UP = """\
 import glance_store.multi_backend, glance_store.location, glance_store._drivers.rbd
 import numpy, rados, rbd
 import pytest, _pytest.config
 _pytest.config.get_config()
+import pip._internal.commands.install, pip._internal.operations.install.wheel
+import pip._internal.req.req_install, pip._internal.resolution.resolvelib.resolver
 """
 # The aarch64 wheel's cross build (packaging/cross.py): Debian 13's rustc 1.85 with the aarch64
 # standard library of the same build, the aarch64 cross gcc and the arm64 C libraries linked.
@@ -403,6 +406,11 @@ def _build(final: pathlib.Path, release: Release) -> float:
         # machine's CPU under qemu). A module imported later is compiled then, once: the root
         # keeps its bytecode.
         root.run("python3", "-c", EMULATED_WARM_UP, timeout=1800)
+        # apt under qemu takes a minute to read the suite's package lists at each start; the
+        # tests install a local package whose dependencies are installed, for which the
+        # installed ones are all apt needs to know.
+        for lists in root.file("/var/lib/apt/lists").glob("*_Packages*"):
+            lists.unlink()
     root.run("apt-get", "clean", env=env)
     root.file("/root/preseed").unlink()
     (partial / ".complete").write_text(" ".join(release.packages) + "\n")
@@ -433,14 +441,30 @@ def _check(argv) -> None:
 # Every root the tests and the cross build use, in the order they are first needed.
 RELEASES = {"trixie-cross": TRIXIE_CROSS, "bookworm": BOOKWORM, "trixie": TRIXIE, "sid": SID,
             "trixie-arm64": TRIXIE_ARM64}
+# `all` builds in two lines at once: the emulated root's build is one long chain of qemu
+# processes that keeps one core busy for some 20 minutes, the native ones' build is the rest.
+# Side by side they use both cores, and the emulated root is ready about when the native
+# roots' tests end.
+ALL = (("trixie-cross", "bookworm", "trixie", "sid"), ("trixie-arm64",))
+
+
+def _ensure_all(names) -> None:
+    for name in names:
+        built = DebianRoot.ensure(RELEASES[name])
+        built.close()
+        print(built.path, f"built in {built.build_seconds:.0f}s" if built.build_seconds
+              else "cached", flush=True)
+
 
 if __name__ == "__main__":
     # python -m tests.harness.debian_root [NAME ...|all]: builds (or finds) the cached roots,
-    # one after the other; a run that uses a root meanwhile waits for its lock.
+    # one after the other (`all`: ALL's lines side by side); a run that uses a root meanwhile
+    # waits for its lock. Exits non-zero if any failed.
+    import concurrent.futures
+
     names = sys.argv[1:] or ["bookworm"]
-    with contextlib.suppress(KeyboardInterrupt):
-        for name in RELEASES if names == ["all"] else names:
-            built = DebianRoot.ensure(RELEASES[name])
-            built.close()
-            print(built.path, f"built in {built.build_seconds:.0f}s" if built.build_seconds
-                  else "cached", flush=True)
+    lines = ALL if names == ["all"] else (names,)
+    with contextlib.suppress(KeyboardInterrupt), \
+            concurrent.futures.ThreadPoolExecutor(len(lines)) as pool:
+        for done in [pool.submit(_ensure_all, line) for line in lines]:
+            done.result()
