@@ -100,8 +100,10 @@ test-rust: deps ## cargo test, and the program the valgrind test drives
 	# The valgrind test in pytest drives this program against the throwaway cluster.
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo build --quiet --example lifecycle
 
-test-python: build ## All of pytest on the release wheel
-	$(WITH_CLUSTER) $(PY) -m pytest -q
+# Two pytest processes at once (tests/harness/lanes.py): the project on this host, and against
+# the other releases (glance_store's, Debian's); the second boots a cluster of its own.
+test-python: build ## All of pytest on the release wheel, in two lanes at once
+	$(WITH_CLUSTER) $(PY) -m tests.harness.lanes
 
 cluster-up: deps ## Boot a throwaway cluster in .cluster and leave it running: the test targets use it while it runs
 	@if running=$$($(PY) -m tests.harness.cluster status $(CLUSTER_DIR)) && [ -n "$$running" ]; then \

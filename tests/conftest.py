@@ -8,6 +8,7 @@ The contract files run in full are held against their table (tests/harness/contr
 end of the session: a case lost, gained or skipped where it should run fails the run.
 """
 
+import json
 import os
 import pathlib
 import shutil
@@ -21,8 +22,15 @@ from tests.harness import contract, emulation
 from tests.harness.cluster import Cluster
 from tests.harness.stores import Images
 
-# A time limit for every test; a dead cluster or a full disk ends the run.
-pytest_plugins = ("tests.harness.watchdog",)
+# A time limit for every test; a dead cluster or a full disk ends the run. A test that measures
+# runs alone while `make test` runs two lanes.
+pytest_plugins = ("tests.harness.watchdog", "tests.harness.lanes")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--timings-out", metavar="FILE",
+                     help="write the time by layer and by test to FILE (JSON) instead of "
+                          "reporting them: tests/harness/lanes.py adds up its lanes'")
 
 
 def pytest_report_header():
@@ -138,6 +146,10 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    timings_out = session.config.getoption("timings_out")
+    if timings_out:
+        pathlib.Path(timings_out).write_text(
+            json.dumps({"layers": _layer_seconds, "tests": _test_seconds}))
     # Cases named one by one (FILE::NAME) are not a whole file.
     if any("::" in arg for arg in session.config.args):
         return
@@ -147,7 +159,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if sum(_layer_seconds.values()) > 60:
+    reported_elsewhere = terminalreporter.config.getoption("timings_out")
+    if sum(_layer_seconds.values()) > 60 and not reported_elsewhere:
         terminalreporter.section("time by layer (setup, call and teardown of its tests)")
         for layer, seconds in sorted(_layer_seconds.items(), key=lambda item: -item[1]):
             terminalreporter.line(f"{layer:10} {seconds / 60:5.1f} min")

@@ -14,7 +14,7 @@ import pytest
 
 from tests.harness.data import MiB
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.alone]
 
 CHECKOUT = pathlib.Path(__file__).resolve().parents[1]  # the child imports tests.harness
 

@@ -114,6 +114,7 @@ CASES = [pytest.param(k, kind, marks=[pytest.mark.load] if k == 64 else [], id=f
          for k in SIZE_MIB for kind in KINDS]
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize(("transfers", "kind"), CASES)
 def test_native_holds_no_more_than_stock_plus_the_bound(runs, transfers, kind):
     stock = runs.run("stock", kind, transfers, CHUNKS_UNMAPPED)
@@ -137,6 +138,7 @@ def test_native_holds_no_more_than_stock_plus_the_bound(runs, transfers, kind):
     assert not problems, f"{'; '.join(problems)} ({figures(stock)}; {figures(native)})"
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize(("transfers", "kind"), [(4, "download"), (16, "mixed")])
 def test_freed_memory_goes_back_once_the_last_transfer_ends(runs, transfers, kind):
     """With glibc's defaults, where the chunks freed stay in the arenas of the threads that

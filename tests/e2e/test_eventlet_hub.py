@@ -22,7 +22,7 @@ import pytest
 from tests.harness import hub_latency, venvs
 from tests.harness.data import MiB
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.alone]
 
 SIZE = 1024 * MiB
 DRIVERS = ("native", "stock")

@@ -29,7 +29,7 @@ from tests.e2e.conftest import MAX_IN_FLIGHT_MIB
 from tests.harness import memory
 from tests.harness.data import MiB, data_of
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.alone]
 
 SIZE = 64 * MiB
 UPLOADS = DOWNLOADS = 16

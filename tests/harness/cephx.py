@@ -92,7 +92,7 @@ def make_user(cluster, case: Case, prefix: str = "glance") -> User:
     if case.key == "aes":
         caps = "".join(f'\tcaps {k} = "{v}"\n' for k, v in case.caps(cluster.pool).items())
         keyring.write_text(f"[client.{user}]\n\tkey = {cephx_key(1)}\n{caps}")
-        cluster.ceph("auth", "import", "-i", str(keyring))
+        cluster.mon("auth import", stdin=keyring)
     elif case.key == "aes256k" and "key = Ag" not in keyring.read_text():
         keyring.write_text(f"[client.{user}]\n\tkey = {cephx_key(2)}\n")
     elif case.key == "wrong":

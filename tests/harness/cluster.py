@@ -357,8 +357,49 @@ admin socket = {r}/run/$name.$pid.asok
     def rbd(self, *args, timeout=60) -> str:
         return self._tool("rbd", *args, timeout=timeout)
 
+    def mon(self, prefix: str, timeout=60, stdin: pathlib.Path | None = None, **args) -> str:
+        """A command to the monitors, as `ceph` would send it (`prefix` and its arguments by
+        name, in the program's order; `stdin`: the file `-i` would read), through this
+        Python's rados module. A cluster of a Debian root's Ceph (`inside`) gets the root's
+        `ceph`, the same command as a command line."""
+        if self.inside is not None:
+            argv = [*prefix.split()]
+            for name, value in args.items():
+                if value is True:
+                    argv.append(f"--{name.replace('_', '-')}")
+                elif name == "format":
+                    argv += ["--format", value]
+                else:
+                    argv += value if isinstance(value, list) else [str(value)]
+            return self.ceph(*argv, *(["-i", stdin] if stdin else []), timeout=timeout)
+        with self._client(timeout) as client:
+            status, out, err = client.mon_command(
+                json.dumps({"prefix": prefix, **args}),
+                stdin.read_bytes() if stdin else b"", timeout=timeout)
+        if status:
+            raise CephError(f"{prefix} {args}: {os.strerror(-status)}: {err}")
+        return out.decode()
+
     def images(self, pool=None) -> list[str]:
-        return self.rbd("ls", pool or self.pool).split()
+        if self.inside is not None:
+            return self.rbd("ls", pool or self.pool).split()
+        import rbd
+
+        with self._client(60) as client, client.open_ioctx(pool or self.pool) as ioctx:
+            return rbd.RBD().list(ioctx)
+
+    @contextlib.contextmanager
+    def _client(self, timeout: float):
+        """A connection as admin, through this Python's rados module: the `ceph` and `rbd`
+        programs take a second to start on a busy machine, and seconds under emulation."""
+        import rados  # Debian's, or a Debian root's: imported only where a client runs
+
+        try:
+            with rados.Rados(conffile=str(self.conf_path), rados_id="admin",
+                             conf={"client_mount_timeout": str(timeout)}) as client:
+                yield client
+        except rados.Error as e:
+            raise CephError(f"{type(e).__name__}: {e}") from None
 
     def user(self, name: str, *, cipher: str | None = None, **caps: str) -> pathlib.Path:
         """A cephx user `client.<name>` with `caps` (mon=..., osd=..., mgr=...), made or updated,
@@ -368,11 +409,11 @@ admin socket = {r}/run/$name.$pid.asok
         keyring = self.root / f"ceph.client.{name}.keyring"
         cipher = cipher or self.user_cipher
         if cipher is None:
-            self.ceph("auth", "get-or-create", f"client.{name}", "-o", str(keyring))
+            keyring.write_text(self.mon("auth get-or-create", entity=f"client.{name}"))
         else:
             self.rekey(f"client.{name}", keyring, cipher, caps)
-        self.ceph("auth", "caps", f"client.{name}", *(
-            part for entity, cap in caps.items() for part in (entity, cap)))
+        self.mon("auth caps", entity=f"client.{name}",
+                 caps=[part for entity, cap in caps.items() for part in (entity, cap)])
         conf = self.root / f"ceph.{name}.conf"
         conf.write_text(self.conf_path.read_text().replace(
             f"keyring = {self.root}/ceph.client.admin.keyring", f"keyring = {keyring}"))
@@ -380,7 +421,7 @@ admin socket = {r}/run/$name.$pid.asok
 
     def release(self) -> int:
         """The Ceph release of the cluster's monitors (16, 20, ...)."""
-        monmap = json.loads(self.ceph("mon", "dump", "--format", "json"))
+        monmap = json.loads(self.mon("mon dump", format="json"))
         return int(monmap["min_mon_release"])
 
     def use_for_stores(self, user: str, conf: pathlib.Path) -> None:
@@ -409,22 +450,22 @@ admin socket = {r}/run/$name.$pid.asok
         """Gives `entity` (made if new) a new key of `cipher`, written to `keyring`; with `caps`,
         or its own."""
         if caps is None:
-            caps = json.loads(self.ceph("auth", "get", entity, "--format", "json"))[0]["caps"]
+            caps = json.loads(self.mon("auth get", entity=entity, format="json"))[0]["caps"]
         # Ceph 16's ceph-authtool knows no --key-type (all its keys are aes).
         key = legacy_key() if cipher == "aes" else self._run(
             ["ceph-authtool", "--gen-print-key", "--key-type", cipher]).strip()
         tmp = keyring.with_name(keyring.name + ".new")
         tmp.write_text(_keyring(entity, key, **caps))
-        self.ceph("auth", "import", "-i", tmp)
+        self.mon("auth import", stdin=tmp)
         tmp.chmod(0o644)
         tmp.replace(keyring)
 
     def create_pool(self, name: str) -> None:
-        self.ceph("osd", "pool", "create", name, "8", "8")
+        self.mon("osd pool create", pool=name, pg_num=8, pgp_num=8)
         self.rbd("pool", "init", name, timeout=120)
 
     def delete_pool(self, name: str) -> None:
-        self.ceph("osd", "pool", "delete", name, name, "--yes-i-really-really-mean-it")
+        self.mon("osd pool delete", pool=name, pool2=name, yes_i_really_really_mean_it=True)
 
     @contextlib.contextmanager
     def pool_over_quota(self, name: str):
@@ -437,7 +478,7 @@ admin socket = {r}/run/$name.$pid.asok
         try:
             self.rbd("create", "--size", "16M", f"{name}/filler")
             self.rbd("bench", "--io-type", "write", "--io-total", "8M", f"{name}/filler")
-            self.ceph("osd", "pool", "set-quota", name, "max_bytes", str(4 << 20))
+            self.mon("osd pool set-quota", pool=name, field="max_bytes", val=str(4 << 20))
             self.wait_pool_full(name)
             yield name
         finally:
@@ -446,7 +487,7 @@ admin socket = {r}/run/$name.$pid.asok
     def wait_pool_full(self, name: str, timeout: float = 60) -> None:
         """Waits for the mon to flag a pool over its quota (needs the mgr's pool statistics)."""
         def full() -> bool:
-            pools = json.loads(self.ceph("osd", "pool", "ls", "detail", "--format", "json"))
+            pools = json.loads(self.mon("osd pool ls", detail="detail", format="json"))
             return any(p["pool_name"] == name and "full" in p.get("flags_names", "") for p in pools)
         self._wait(f"pool {name} full", full, timeout)
 
@@ -544,8 +585,7 @@ admin socket = {r}/run/$name.$pid.asok
         return any(o["osd"] == 0 and o["up"] for o in osds)
 
     def _mgr_available(self) -> bool:
-        # Under emulation the ceph command alone takes seconds to start.
-        return json.loads(self.ceph("mgr", "stat", "--format", "json", timeout=60))["available"]
+        return json.loads(self.mon("mgr stat", format="json"))["available"]
 
     def _probe(self) -> None:
         # Only a real write proves the PGs have peered and rbd's object class is loaded.
