@@ -246,6 +246,8 @@ admin socket = {r}/run/$name.$pid.asok
 
     def stop(self) -> None:
         Cluster.watched.discard(self)
+        for name, pid in self._strays().items():
+            self._procs.setdefault(name, pid)
         for name in sorted(self._procs, key=_STOP_ORDER.index):
             self._kill(name)
 
@@ -531,6 +533,20 @@ admin socket = {r}/run/$name.$pid.asok
         if isinstance(proc, subprocess.Popen):
             return proc.poll() is None
         return proc is not None and self._is_ours(proc)
+
+    def _strays(self) -> dict[str, int]:
+        """This cluster's daemons that another process started, by their ceph.conf: a child
+        attached to the cluster starts the mgr when a test needs one, and then exits."""
+        found = {}
+        for entry in pathlib.Path("/proc").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if entry.name.isdigit() and argv[0].startswith(b"ceph-") and \
+                        self._is_ours(int(entry.name)):
+                    name = f"{argv[0][5:].decode()}.{argv[argv.index(b'-i') + 1].decode()}"
+                    if name in _STOP_ORDER:
+                        found[name] = int(entry.name)
+        return found
 
     def _is_ours(self, pid: int) -> bool:
         # Guards against pid reuse: a live, non-zombie process started with our ceph.conf.
