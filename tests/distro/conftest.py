@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from tests.harness import lanes, venvs
+from tests.harness import venvs
 from tests.harness.debian_glance import DebianGlanceApi
 from tests.harness.debian_root import DebianRoot, build_deb
 from tests.harness.mariadb import MariaDB
@@ -38,10 +38,8 @@ def debian_root(request, cluster, mariadb, deb):
     # glance-api runs as user glance: it must reach ceph.conf and the keyring (0644) in the
     # cluster's directory, which the session made private (mkdtemp: 0700).
     cluster.root.chmod(0o755)
-    with lanes.waiting():  # for `make test`'s build of the root, maybe
-        root = DebianRoot.ensure(request.module.RELEASE,
-                                 binds=[cluster.root, mariadb.root, CHECKOUT],
-                                 read_only=[cluster.root, CHECKOUT])
+    root = DebianRoot.ensure(request.module.RELEASE, binds=[cluster.root, mariadb.root, CHECKOUT],
+                             read_only=[cluster.root, CHECKOUT])
     try:
         root.install_deb(deb)
         try:

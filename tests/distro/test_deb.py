@@ -12,7 +12,7 @@ import pytest
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
-from tests.harness import lanes, venvs
+from tests.harness import venvs
 from tests.harness.debian_root import BOOKWORM, PACKAGE, DebianRoot, build_deb
 
 RELEASE = BOOKWORM
@@ -137,8 +137,7 @@ def test_the_same_wheel_gives_the_same_bytes(tmp_path):
 @pytest.fixture(scope="module")
 def root():
     """Debian 12's cached root, without the package before and after."""
-    with lanes.waiting():  # for `make test`'s build of the root, maybe
-        root = DebianRoot.ensure(RELEASE)
+    root = DebianRoot.ensure(RELEASE)
     try:
         root.remove_deb()  # left by an interrupted run
         try:

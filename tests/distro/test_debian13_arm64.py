@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from tests.harness import contract, emulation, lanes, venvs
+from tests.harness import contract, emulation, venvs
 from tests.harness.debian_root import TRIXIE_ARM64, DebianRoot, build_deb
 
 RELEASE = TRIXIE_ARM64
@@ -37,9 +37,8 @@ def root(cluster):
     """The cached arm64 root, the cluster's directory and this checkout mounted read-only at
     their own paths inside."""
     cluster.root.chmod(0o755)
-    with lanes.waiting():  # for `make test`'s build of the root, maybe
-        root = DebianRoot.ensure(RELEASE, binds=[cluster.root, CHECKOUT],
-                                 read_only=[cluster.root, CHECKOUT])
+    root = DebianRoot.ensure(RELEASE, binds=[cluster.root, CHECKOUT],
+                             read_only=[cluster.root, CHECKOUT])
     try:
         yield root
     finally:

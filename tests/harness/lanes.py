@@ -14,15 +14,14 @@ when it ends. Both end with their time by layer and slowest tests, merged here i
 A lane ended by its watchdog, by an interrupt or by an error of pytest's own ends the other.
 
 One rule holds between them (this module is also a pytest plugin, loaded by tests/conftest.py): a
-test marked `alone` (it measures memory or latency against stock's in the same run, which the
-other lane's load would skew) runs while the other lane runs no test; the other lane's next test
-waits for it. A test waiting on something that needs none of this machine's time (a Debian root
-that another process builds) lets an `alone` test run meanwhile: `waiting()`."""
+test marked `alone` measures memory or latency against stock's in the same run, and the other
+lane's load would skew it, so while it runs every process of the other lane runs at the lowest
+priority (nice 19), as the Debian roots' builds always do. The other lane goes on, on what CPU
+is left, and never waits: a test there keeps its own time limits."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import pathlib
@@ -47,9 +46,8 @@ LANES = (
 ENDS_THE_OTHER = {2, 3, 4}
 NO_TESTS = 5
 SLOWEST = 20
-# The lanes' lock, handed to them in the environment: held shared by a lane's test, exclusive by
-# a test alone; its gate, taken before either, keeps a waiting `alone` test from being starved.
-LOCK_ENV = "GLANCE_RBD_TEST_LANES_LOCK"
+# The priority of the other lane while a test `alone` runs.
+LOWEST = 19
 
 
 class Lane:
@@ -59,7 +57,7 @@ class Lane:
         self.log = OUT / f"pytest-{name}.log"
         self.timings = OUT / f"timings-{name}.json"
         self.timings.unlink(missing_ok=True)
-        env = dict(os.environ, **{LOCK_ENV: str(OUT / "lanes.lock")})
+        env = dict(os.environ)
         if not shown:
             env.pop("GLANCE_RBD_TEST_CLUSTER", None)
         self.started = time.monotonic()
@@ -160,51 +158,46 @@ def report(lanes: list[Lane], statuses: dict[str, int]) -> None:
 
 # -- the rule between the lanes: a pytest plugin -------------------------------------------
 
-class _Held:
-    path: str | None = None  # the lanes' lock, if this session is a lane
-    lock = None  # its file while one of the lane's tests runs, held shared or exclusive
-
-
-def _take(exclusive: bool) -> None:
-    with open(f"{_Held.path}.gate", "a") as gate:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        fcntl.flock(_Held.lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-
-
 def pytest_configure(config):
-    config.addinivalue_line("markers", "alone: runs while the other lane of `make test` runs "
-                            "no test (tests/harness/lanes.py): it measures memory or latency")
-    # Taken out of the environment: a child pytest of a test (a release's contract) must not
-    # wait for the lock its parent holds.
-    _Held.path = os.environ.pop(LOCK_ENV, None)
+    config.addinivalue_line("markers", "alone: while it runs, the other lane of `make test` runs "
+                            "at the lowest priority (tests/harness/lanes.py): it measures memory "
+                            "or latency against stock's")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    if _Held.path is None:
-        yield
-        return
-    with open(_Held.path, "a") as lock:
-        _Held.lock = lock
-        try:
-            _take(exclusive=item.get_closest_marker("alone") is not None)
-            yield
-        finally:
-            _Held.lock = None  # closing the file releases the lock
-
-
-@contextlib.contextmanager
-def waiting():
-    """Around a wait that needs none of this machine's time: a test alone may run meanwhile."""
-    lock = _Held.lock
-    if lock is None:
-        yield
-        return
-    fcntl.flock(lock, fcntl.LOCK_UN)
+    others = _other_lanes() if item.get_closest_marker("alone") else []
+    _renice(others, LOWEST)
     try:
         yield
     finally:
-        _take(exclusive=False)
+        _renice(others, 0)
+
+
+def _other_lanes() -> list[int]:
+    """The other lanes' pytest processes: this one's siblings, if its parent is the runner."""
+    parent = os.getppid()
+    try:
+        cmdline = pathlib.Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")
+        children = pathlib.Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    except OSError:
+        return []
+    if b"tests.harness.lanes" not in cmdline:
+        return []
+    return [int(pid) for pid in children if int(pid) != os.getpid()]
+
+
+def _renice(roots: list[int], nice: int) -> None:
+    """Every process under `roots` (a lane, its clusters' daemons, its servers, its children)
+    to `nice`; what they start meanwhile inherits it."""
+    pending = list(roots)
+    while pending:
+        pid = pending.pop()
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+            for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+                os.setpriority(os.PRIO_PROCESS, int(task.name), nice)  # each thread has its own
+                pending += map(int, (task / "children").read_text().split())
 
 
 def section(title: str) -> None:
