@@ -17,7 +17,7 @@ from tests.harness.debian_root import BOOKWORM, PACKAGE, DebianRoot, build_deb
 
 RELEASE = BOOKWORM
 
-pytestmark = [pytest.mark.distro]
+pytestmark = [pytest.mark.distro, pytest.mark.debian12]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SITE = "/usr/lib/python3/dist-packages"

@@ -31,6 +31,7 @@ RELEASE = BOOKWORM
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.distro,
+    pytest.mark.debian12,
     # glanceclient's HTTP layer still imports cgi (Python 3.11 warns, 3.13 removed it).
     pytest.mark.filterwarnings("ignore:'cgi' is deprecated:DeprecationWarning"),
 ]
