@@ -135,7 +135,6 @@ _LAYERS = ("distro", "e2e", "matrix", "load", "wheel", "packaging")
 _layer_seconds: dict[str, float] = {}
 # Setup, call and teardown of each test: the slowest are listed at the end of a long run.
 _test_seconds: dict[str, float] = {}
-SLOWEST = 20
 
 
 def pytest_runtest_logreport(report):
@@ -159,15 +158,13 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter):
-    reported_elsewhere = terminalreporter.config.getoption("timings_out")
-    if sum(_layer_seconds.values()) > 60 and not reported_elsewhere:
-        terminalreporter.section("time by layer (setup, call and teardown of its tests)")
-        for layer, seconds in sorted(_layer_seconds.items(), key=lambda item: -item[1]):
-            terminalreporter.line(f"{layer:10} {seconds / 60:5.1f} min")
-        terminalreporter.section(f"the {SLOWEST} slowest tests (setup, call and teardown)")
-        slowest = sorted(_test_seconds.items(), key=lambda item: -item[1])[:SLOWEST]
-        for nodeid, seconds in slowest:
-            terminalreporter.line(f"{seconds:7.1f} s  {nodeid}")
+    # In a lane, the runner reports them, added up over both lanes.
+    if not terminalreporter.config.getoption("timings_out"):
+        lanes = terminalreporter.config.pluginmanager.get_plugin("tests.harness.lanes")
+        for title, lines in lanes.timing_sections(_layer_seconds, _test_seconds):
+            terminalreporter.section(title)
+            for line in lines:
+                terminalreporter.line(line)
     if _contract_problems:
         terminalreporter.section("contract guard (tests/harness/contract.py)", red=True)
         for line in _contract_problems:

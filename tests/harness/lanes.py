@@ -144,13 +144,9 @@ def report(lanes: list[Lane], statuses: dict[str, int]) -> None:
         for layer, seconds in timings["layers"].items():
             layers[layer] = layers.get(layer, 0.0) + seconds
         tests.update(timings["tests"])
-    if sum(layers.values()) > 60:
-        section("time by layer, both lanes (setup, call and teardown of its tests)")
-        for layer, seconds in sorted(layers.items(), key=lambda item: -item[1]):
-            print(f"{layer:10} {seconds / 60:5.1f} min")
-        section(f"the {SLOWEST} slowest tests (setup, call and teardown)")
-        for nodeid, seconds in sorted(tests.items(), key=lambda item: -item[1])[:SLOWEST]:
-            print(f"{seconds:7.1f} s  {nodeid}")
+    for title, lines in timing_sections(layers, tests, where=", both lanes"):
+        section(title)
+        print(*lines, sep="\n")
     section("lanes")
     for lane in lanes:
         print(f"{lane.name:9} {lane.minutes():5.1f} min  exit {statuses.get(lane.name)}  "
@@ -199,6 +195,20 @@ def _renice(roots: list[int], nice: int) -> None:
             for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
                 os.setpriority(os.PRIO_PROCESS, int(task.name), nice)  # each thread has its own
                 pending += map(int, (task / "children").read_text().split())
+
+
+def timing_sections(layers: dict[str, float], tests: dict[str, float], where: str = ""
+                    ) -> list[tuple[str, list[str]]]:
+    """A long run's time by layer and its slowest tests, as (title, lines): what a session
+    (tests/conftest.py) and the lanes' runner end with."""
+    if sum(layers.values()) <= 60:
+        return []
+    by_layer = [f"{layer:10} {seconds / 60:5.1f} min"
+                for layer, seconds in sorted(layers.items(), key=lambda item: -item[1])]
+    slowest = [f"{seconds:7.1f} s  {nodeid}"
+               for nodeid, seconds in sorted(tests.items(), key=lambda item: -item[1])[:SLOWEST]]
+    return [(f"time by layer{where} (setup, call and teardown of its tests)", by_layer),
+            (f"the {SLOWEST} slowest tests (setup, call and teardown)", slowest)]
 
 
 def section(title: str) -> None:
