@@ -17,8 +17,9 @@ A lane ended by its watchdog, by an interrupt or by an error of pytest's own end
 One rule holds between them (this module is also a pytest plugin, loaded by tests/conftest.py): a
 test marked `alone` measures memory or latency against stock's in the same run, and the other
 lane's load would skew it, so while it runs every process of the other lane runs at the lowest
-priority (nice 19), as the Debian roots' builds always do. The other lane goes on, on what CPU
-is left, and never waits: a test there keeps its own time limits."""
+priority (nice 19; the autogroup of each of its sessions too, for daemons and servers). The
+other lane goes on, on what CPU is left, and never waits: a test there keeps its own time
+limits."""
 
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ class Lane:
             env.pop("GLANCE_RBD_TEST_CLUSTER", None)
         self.started = time.monotonic()
         self.ended: float | None = None
+        self.interrupted = False
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pytest", "-q", "-m", markers,
              f"--timings-out={self.timings}", *args],
@@ -87,7 +89,10 @@ class Lane:
         return status
 
     def interrupt(self) -> None:
-        if self.proc.poll() is None:
+        """Once: a second SIGINT would cut short the teardown that the first one started
+        (its servers and daemons would be left running)."""
+        if self.proc.poll() is None and not self.interrupted:
+            self.interrupted = True
             self.proc.send_signal(signal.SIGINT)
 
     def minutes(self) -> float:
@@ -164,10 +169,25 @@ def pytest_configure(config):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     others = _other_lanes() if item.get_closest_marker("alone") else []
+    if not others:
+        yield
+        return
+    # Again every half second: a session the other lane starts meanwhile (a daemon, a server)
+    # begins with an autogroup of its own at nice 0.
+    done = threading.Event()
+
+    def keep_low() -> None:
+        while not done.wait(0.5):
+            _renice(others, LOWEST)
+
+    keeper = threading.Thread(target=keep_low, name="alone", daemon=True)
     _renice(others, LOWEST)
+    keeper.start()
     try:
         yield
     finally:
+        done.set()
+        keeper.join()
         _renice(others, 0)
 
 
@@ -186,12 +206,19 @@ def _other_lanes() -> list[int]:
 
 def _renice(roots: list[int], nice: int) -> None:
     """Every process under `roots` (a lane, its clusters' daemons, its servers, its children)
-    to `nice`; what they start meanwhile inherits it."""
+    to `nice`; what they start meanwhile inherits it. Where the kernel schedules each session as
+    a group of its own (autogroup), a task's nice orders it only within its session: a process
+    in a session of its own (a daemon, a server) gets its session's nice too. The lanes' own
+    session, which the test alone shares, keeps its nice."""
+    ours = os.getsid(0)
     pending = list(roots)
     while pending:
         pid = pending.pop()
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, pid, nice)
+            if os.getsid(pid) != ours:
+                with contextlib.suppress(OSError):  # no autogroups: task nice is the whole story
+                    pathlib.Path(f"/proc/{pid}/autogroup").write_text(str(nice))
             for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
                 os.setpriority(os.PRIO_PROCESS, int(task.name), nice)  # each thread has its own
                 pending += map(int, (task / "children").read_text().split())
