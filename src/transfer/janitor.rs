@@ -14,7 +14,9 @@ use crate::rbd::cluster::IoCtx;
 use crate::rbd::image::{self, Image};
 
 const FIRST_RETRY: Duration = Duration::from_secs(2);
-const LAST_RETRY: Duration = Duration::from_secs(60);
+/// The longest wait between two tries: once the cluster is back, the image goes within it. A
+/// try costs one round trip (or one librados timeout while the cluster is away).
+const LAST_RETRY: Duration = Duration::from_secs(10);
 
 struct Leftover {
     /// Still open: closing releases the exclusive lock, which waits on the cluster too.
