@@ -105,6 +105,9 @@ class Lane:
 
 def run(args: list[str]) -> int:
     OUT.mkdir(exist_ok=True)
+    # A run started in the background (`make test &`) inherits SIGINT ignored, and the lanes
+    # would too: Python then never raises KeyboardInterrupt, and interrupt() could not stop them.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     lanes = [Lane(name, markers, args, shown=i == 0) for i, (name, markers) in enumerate(LANES)]
     statuses: dict[str, int] = {}
 
