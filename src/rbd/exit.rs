@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::cluster;
+use super::{cluster, signals};
 
 /// The pid that registered the handler. A child of `fork()` inherits the registration, and
 /// registers again at its own first connect, after whatever destructors it registered since.
@@ -23,6 +23,8 @@ pub(crate) fn register() {
 }
 
 extern "C" fn at_exit() {
-    // A panic must not unwind into exit(); at worst the connections stay up.
-    let _ = std::panic::catch_unwind(cluster::shut_down_idle);
+    // A panic must not unwind into exit(); at worst the connections stay up. A second signal
+    // (a service manager's SIGTERM after SIGINT) waits for the end of the shutdown: its handler
+    // may call exit() again, which would run the destructors that follow this handler at once.
+    let _ = std::panic::catch_unwind(|| signals::blocked(cluster::shut_down_idle));
 }

@@ -8,3 +8,4 @@ pub(crate) mod ffi;
 pub(crate) mod image;
 pub(crate) mod keyring;
 pub(crate) mod omap;
+pub(crate) mod signals;

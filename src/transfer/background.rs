@@ -6,18 +6,24 @@ use std::cell::Cell;
 use std::io;
 use std::thread::JoinHandle;
 
+use crate::rbd::signals;
+
 thread_local! {
     static BACKGROUND: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Starts a named thread, marked as background before `body` runs.
+/// Starts a named thread, marked as background before `body` runs. It starts with
+/// asynchronous signals blocked, so they go to Python's threads, never to it
+/// (`rbd::signals`).
 pub(crate) fn spawn<T: Send + 'static>(
     name: String,
     body: impl FnOnce() -> T + Send + 'static,
 ) -> io::Result<JoinHandle<T>> {
-    std::thread::Builder::new().name(name).spawn(move || {
-        BACKGROUND.with(|background| background.set(true));
-        body()
+    signals::blocked(|| {
+        std::thread::Builder::new().name(name).spawn(move || {
+            BACKGROUND.with(|background| background.set(true));
+            body()
+        })
     })
 }
 
@@ -41,5 +47,18 @@ mod tests {
         assert!(!is_background_thread());
         let marked = spawn("test".into(), is_background_thread).unwrap();
         assert!(marked.join().unwrap());
+    }
+
+    #[test]
+    fn spawned_threads_start_with_asynchronous_signals_blocked() {
+        let blocked = spawn("test".into(), || {
+            let mut mask = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+            // SAFETY: pthread_sigmask fills `mask`; sigismember reads it.
+            unsafe {
+                libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), mask.as_mut_ptr());
+                libc::sigismember(mask.as_ptr(), libc::SIGTERM) == 1
+            }
+        });
+        assert!(blocked.unwrap().join().unwrap());
     }
 }

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.harness import memory
+from tests.harness import memory, stuck
 from tests.harness.data import MiB, data_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -91,11 +91,16 @@ def cycle(new_glance_api, name, native):
             time.sleep(0.01)
         status = api.wait(60)
         seconds = time.monotonic() - start
+        # What kept it, for the failure below.
+        stuck_in = "" if status is not None else "\n".join((
+            stuck.report([api.pid, *memory.children(api.pid)]), api.server_log()[-2000:],
+            api.log()[-3000:]))
     finally:
         api.stop()
     return {"seconds": round(seconds, 1), "status": status, "signalled twice": len(twice),
             "crash": CRASH.findall(api.server_log()),
-            "native writer": "with the native writer" in api.log(), "ids": ids}
+            "native writer": "with the native writer" in api.log(), "ids": ids,
+            "stuck in": stuck_in}
 
 
 def test_impatient_stop_of_a_preloading_server(new_glance_api, clean_pool):
@@ -112,4 +117,5 @@ def test_impatient_stop_of_a_preloading_server(new_glance_api, clean_pool):
     for result in results["native"]:
         assert result["native writer"], result
         assert result["crash"] == [], result
-        assert result["status"] is not None, result  # the server ended by itself
+        # The server ended by itself.
+        assert result["status"] is not None, f"{result['seconds']} s\n{result['stuck in']}"
