@@ -41,18 +41,20 @@ pub(crate) fn blocked<T>(body: impl FnOnce() -> T) -> T {
     result
 }
 
+/// Whether `signal` is blocked on the calling thread (for tests).
+#[cfg(test)]
+pub(crate) fn is_blocked(signal: libc::c_int) -> bool {
+    let mut current = MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: pthread_sigmask fills `current`; sigismember reads it.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), current.as_mut_ptr());
+        libc::sigismember(current.as_ptr(), signal) == 1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn is_blocked(signal: libc::c_int) -> bool {
-        let mut current = MaybeUninit::<libc::sigset_t>::uninit();
-        // SAFETY: pthread_sigmask fills `current`; sigismember reads it.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), current.as_mut_ptr());
-            libc::sigismember(current.as_ptr(), signal) == 1
-        }
-    }
 
     #[test]
     fn blocks_asynchronous_signals_while_the_body_runs_and_restores_the_mask() {

@@ -51,14 +51,7 @@ mod tests {
 
     #[test]
     fn spawned_threads_start_with_asynchronous_signals_blocked() {
-        let blocked = spawn("test".into(), || {
-            let mut mask = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-            // SAFETY: pthread_sigmask fills `mask`; sigismember reads it.
-            unsafe {
-                libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), mask.as_mut_ptr());
-                libc::sigismember(mask.as_ptr(), libc::SIGTERM) == 1
-            }
-        });
+        let blocked = spawn("test".into(), || signals::is_blocked(libc::SIGTERM));
         assert!(blocked.unwrap().join().unwrap());
     }
 }
