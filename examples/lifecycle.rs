@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use glance_rbd_native::{
     Buffer, Cluster, ConnectOptions, Destination, Download, DownloadOptions, Error, Upload,
-    UploadOptions, remove_with_snapshot,
+    UploadOptions, id_of, remove_with_snapshot,
 };
 
 fn options(pool: &str, image: &str, size: u64) -> UploadOptions {
@@ -179,7 +179,8 @@ fn main() -> Result<(), Error> {
     println!("lifecycle: read paths ran");
 
     let ioctx = Arc::new(cluster.pool(&pool)?);
-    remove_with_snapshot(&ioctx, &finished, Some("snap"))?;
+    let id = id_of(&ioctx, &finished)?;
+    remove_with_snapshot(&ioctx, &finished, &id, Some("snap"))?;
     println!("lifecycle: every path ran");
     Ok(())
 }

@@ -36,6 +36,11 @@ pub enum Error {
     /// A wait was cut short by the caller (a signal); the upload has been aborted.
     #[error("interrupted")]
     Interrupted,
+    /// While a transfer waited on the cluster, its client was found fenced (blocklisted:
+    /// ESHUTDOWN, Ceph's EBLOCKLISTED) or its image removed (ENOENT) by another process: what
+    /// it waits for will never come.
+    #[error("{}", fenced_message(.target, *.errno))]
+    Fenced { target: Target, errno: i32 },
 }
 
 impl Error {
@@ -50,7 +55,9 @@ impl Error {
     /// The errno behind this error, when Ceph reported one.
     pub(crate) fn errno(&self) -> Option<i32> {
         match self {
-            Error::Ceph { errno, .. } | Error::Connect { errno, .. } => Some(*errno),
+            Error::Ceph { errno, .. }
+            | Error::Connect { errno, .. }
+            | Error::Fenced { errno, .. } => Some(*errno),
             Error::Usage(_) | Error::Internal(_) | Error::Interrupted => None,
         }
     }
@@ -195,7 +202,29 @@ pub fn glance_caps(pool: &str) -> String {
     format!("mon 'profile rbd' osd 'profile rbd pool={pool}' mgr 'profile rbd pool={pool}'")
 }
 
+fn fenced_message(target: &Target, errno: i32) -> String {
+    if errno == libc::ENOENT {
+        return format!(
+            "{target} was removed by another process while this one wrote or read it \
+             (`glance-rbd-native sweep --remove`, or an operator): the transfer is abandoned"
+        );
+    }
+    let by = target
+        .entity
+        .as_deref()
+        .map_or_else(String::new, |entity| format!(" ({entity})"));
+    format!(
+        "this process's Ceph client{by} was fenced, blocklisted by the cluster (by \
+         `glance-rbd-native sweep --remove`, which presumed its writer gone, or by an operator; \
+         `ceph osd blocklist ls` lists it), while it transferred {target}: the transfer is \
+         abandoned, and the next one connects again"
+    )
+}
+
 fn ceph_message(op: Op, target: &Target, errno: i32) -> String {
+    if errno == libc::ESHUTDOWN {
+        return format!("{op} {target} failed: {}", fenced_message(target, errno));
+    }
     if !matches!(errno, libc::EPERM | libc::EACCES | libc::ETIMEDOUT) {
         return format!("{op} {target} failed: {} (errno {errno})", strerror(errno));
     }

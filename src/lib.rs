@@ -14,7 +14,7 @@ mod transfer;
 pub use error::{Error, Op, Target};
 pub use rbd::cluster::{Cluster, ConnectOptions, IoCtx};
 pub use rbd::completion::Poll;
-pub use rbd::image::remove_with_snapshot;
+pub use rbd::image::{id_of, remove_with_snapshot};
 pub use transfer::download::{Destination, Download, DownloadOptions};
 pub use transfer::in_flight::Buffer;
 pub use transfer::upload::{Summary, Upload, UploadOptions};

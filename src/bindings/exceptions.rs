@@ -51,6 +51,14 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     glance_rbd_native,
+    Fenced,
+    RbdError,
+    "The transfer's Ceph client was fenced (blocklisted: ESHUTDOWN) or its image removed \
+     (ENOENT) by another process while it ran: it was abandoned at once. The next transfer \
+     connects again."
+);
+pyo3::create_exception!(
+    glance_rbd_native,
     ConnectError,
     RbdError,
     "The cluster could not be reached: configuration file, user, keyring or monitors."
@@ -71,6 +79,7 @@ impl From<Error> for PyErr {
             Error::Internal(_) => InternalError::new_err(message),
             Error::Interrupted => PyKeyboardInterrupt::new_err(message),
             Error::Connect { errno, .. } => ConnectError::new_err((errno, message)),
+            Error::Fenced { errno, .. } => Fenced::new_err((errno, message)),
             Error::Ceph { errno, target, .. } => {
                 let args = (errno, message);
                 match errno {
@@ -80,6 +89,7 @@ impl From<Error> for PyErr {
                     libc::ENOENT => NotFound::new_err(args),
                     libc::EPERM | libc::EACCES => PermissionDenied::new_err(args),
                     libc::ETIMEDOUT => TimedOut::new_err(args),
+                    libc::ESHUTDOWN => Fenced::new_err(args),
                     _ => RbdError::new_err(args),
                 }
             }
@@ -97,6 +107,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("PermissionDenied", py.get_type::<PermissionDenied>())?;
     module.add("TimedOut", py.get_type::<TimedOut>())?;
     module.add("ConnectError", py.get_type::<ConnectError>())?;
+    module.add("Fenced", py.get_type::<Fenced>())?;
     module.add("InternalError", py.get_type::<InternalError>())?;
     Ok(())
 }

@@ -103,7 +103,8 @@ impl RbdWriter {
         slf
     }
 
-    /// Finishes on a clean exit and aborts on an exception; never swallows the exception.
+    /// Finishes on a clean exit and aborts on an exception; never swallows the exception, and
+    /// never replaces it with the abort's own failure (logged instead).
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -112,7 +113,9 @@ impl RbdWriter {
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         if exc_type.is_some() {
-            self.abort(py)?;
+            if let Err(err) = self.abort(py) {
+                log::warn!("could not remove the partial image after a failure: {err}");
+            }
         } else if !self.closed(py) {
             self.finish(py)?;
         }

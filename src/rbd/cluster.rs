@@ -47,6 +47,8 @@ pub struct Cluster {
     settings: String,
     /// The cephx entity it authenticates as, for errors: "client.glance".
     entity: String,
+    /// What it was made with: a fenced handle is replaced by a new one of the same.
+    options: ConnectOptions,
 }
 
 // SAFETY: a connected rados_t may be used from any thread; librados locks internally.
@@ -251,8 +253,11 @@ impl Cluster {
     /// renewed (an hour by default). The next transfer connects afresh and gets them; those
     /// running keep this one until they end.
     pub(crate) fn forget_if_refused(self: &Arc<Self>, err: &Error) {
-        if matches!(err.errno(), Some(libc::EPERM | libc::EACCES)) {
-            self.forget("it was refused");
+        match err.errno() {
+            Some(libc::EPERM | libc::EACCES) => self.forget("it was refused"),
+            // Blocklisted (Ceph's EBLOCKLISTED): nothing it sends goes through any more.
+            Some(libc::ESHUTDOWN) => self.forget_fenced(),
+            _ => {}
         }
     }
 
@@ -263,8 +268,21 @@ impl Cluster {
         match err.errno() {
             Some(libc::EPERM | libc::EACCES) => self.forget("it was refused"),
             Some(libc::ETIMEDOUT) => self.forget("the cluster did not answer"),
+            Some(libc::ESHUTDOWN) => self.forget_fenced(),
             _ => {}
         }
+    }
+
+    /// Drops this connection, which was fenced (blocklisted), from the cache: the transfers
+    /// that follow connect again.
+    pub(crate) fn forget_fenced(self: &Arc<Self>) {
+        self.forget("it was fenced (blocklisted)");
+    }
+
+    /// A connection in place of this one, which was fenced: for the clean-up of its transfer.
+    pub(crate) fn replace_fenced(self: &Arc<Self>) -> Result<Arc<Cluster>> {
+        self.forget_fenced();
+        Cluster::shared(&self.options)
     }
 
     fn forget(self: &Arc<Self>, why: &str) {
@@ -336,6 +354,7 @@ impl Cluster {
             settings,
             // librados' default id is "admin"; a user is an id, without the "client." prefix.
             entity: format!("client.{}", options.user.as_deref().unwrap_or("admin")),
+            options: options.clone(),
         };
         let conf = options.conf_file.as_deref().map(cstring).transpose()?;
         // SAFETY: the handle is live; conf is NUL-terminated or null (search default paths).
@@ -395,6 +414,31 @@ impl Cluster {
 
     pub(crate) fn entity(&self) -> &str {
         &self.entity
+    }
+
+    /// This client's global id: it names the client's watches.
+    pub(crate) fn instance_id(&self) -> u64 {
+        // SAFETY: the handle is connected for as long as self lives.
+        unsafe { rados::rados_get_instance_id(self.handle) }
+    }
+
+    /// This client's address ("10.0.0.1:0/3710147553": its nonce names this one client
+    /// instance), what blocklisting it names; None if librados cannot say.
+    pub(crate) fn address(&self) -> Option<String> {
+        let mut addrs: *mut c_char = ptr::null_mut();
+        // SAFETY: the handle is connected; addrs is an out-pointer librados fills with a
+        // buffer of its own, freed below.
+        let ret = unsafe { ffi::rados_getaddrs(self.handle, &mut addrs) };
+        if ret < 0 || addrs.is_null() {
+            return None;
+        }
+        // SAFETY: NUL-terminated by librados.
+        let text = unsafe { CStr::from_ptr(addrs) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: librados' buffer, freed once, after the copy.
+        unsafe { rados::rados_buffer_free(addrs) };
+        Some(plain_address(&text))
     }
 
     /// A configuration value as librados sees it (conf file, `CEPH_ARGS`, then defaults).
@@ -516,6 +560,22 @@ impl Drop for IoCtx {
     }
 }
 
+/// "127.0.0.1:0/3710147553" of librados' "[v2:127.0.0.1:0/3710147553,v1:...]": the first address
+/// without its protocol, as the OSDs list watchers and the blocklist lists entries (one entry
+/// covers every protocol).
+fn plain_address(addrs: &str) -> String {
+    let first = addrs
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(',')
+        .next()
+        .unwrap_or_default();
+    ["v1:", "v2:", "any:"]
+        .iter()
+        .find_map(|prefix| first.strip_prefix(prefix))
+        .unwrap_or(first)
+        .to_owned()
+}
+
 pub(crate) fn cstring(value: &str) -> Result<CString> {
     CString::new(value).map_err(|_| Error::Usage(format!("{value:?} contains a NUL byte")))
 }
@@ -534,6 +594,15 @@ fn describe(options: &ConnectOptions) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_is_named_as_the_blocklist_names_it() {
+        assert_eq!(
+            plain_address("[v2:127.0.0.1:0/3710147553,v1:127.0.0.1:0/3710147553]"),
+            "127.0.0.1:0/3710147553"
+        );
+        assert_eq!(plain_address("10.0.0.1:0/42"), "10.0.0.1:0/42");
+    }
 
     #[test]
     fn an_exiting_process_connects_no_more() {

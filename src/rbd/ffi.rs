@@ -29,13 +29,32 @@ unsafe extern "C" {
     ) -> c_int;
     pub(crate) fn rbd_close(image: RbdImage) -> c_int;
     pub(crate) fn rbd_get_size(image: RbdImage, size: *mut u64) -> c_int;
-    pub(crate) fn rbd_remove(io: rados_ioctx_t, name: *const c_char) -> c_int;
     pub(crate) fn rbd_resize(image: RbdImage, size: u64) -> c_int;
     pub(crate) fn rbd_flush(image: RbdImage) -> c_int;
     pub(crate) fn rbd_snap_create(image: RbdImage, snap_name: *const c_char) -> c_int;
     pub(crate) fn rbd_snap_protect(image: RbdImage, snap_name: *const c_char) -> c_int;
     pub(crate) fn rbd_snap_unprotect(image: RbdImage, snap_name: *const c_char) -> c_int;
     pub(crate) fn rbd_snap_remove(image: RbdImage, snap_name: *const c_char) -> c_int;
+    pub(crate) fn rbd_get_id(image: RbdImage, id: *mut c_char, id_len: usize) -> c_int;
+    pub(crate) fn rbd_trash_move(io: rados_ioctx_t, name: *const c_char, delay: u64) -> c_int;
+    pub(crate) fn rbd_trash_get(
+        io: rados_ioctx_t,
+        id: *const c_char,
+        info: *mut RbdTrashImageInfo,
+    ) -> c_int;
+    pub(crate) fn rbd_trash_get_cleanup(info: *mut RbdTrashImageInfo);
+    pub(crate) fn rbd_trash_list(
+        io: rados_ioctx_t,
+        entries: *mut RbdTrashImageInfo,
+        num_entries: *mut usize,
+    ) -> c_int;
+    pub(crate) fn rbd_trash_list_cleanup(entries: *mut RbdTrashImageInfo, num_entries: usize);
+    pub(crate) fn rbd_trash_remove(io: rados_ioctx_t, id: *const c_char, force: bool) -> c_int;
+    pub(crate) fn rbd_trash_restore(
+        io: rados_ioctx_t,
+        id: *const c_char,
+        name: *const c_char,
+    ) -> c_int;
 
     pub(crate) fn rbd_aio_create_completion(
         cb_arg: *mut c_void,
@@ -61,8 +80,20 @@ unsafe extern "C" {
     pub(crate) fn rbd_aio_release(completion: RbdCompletion);
 }
 
+/// `rbd_trash_image_info_t`: one entry of the pool's trash.
+#[repr(C)]
+pub(crate) struct RbdTrashImageInfo {
+    pub(crate) id: *mut c_char,
+    pub(crate) name: *mut c_char,
+    pub(crate) source: c_int,
+    pub(crate) deletion_time: libc::time_t,
+    pub(crate) deferment_end_time: libc::time_t,
+}
+
 #[link(name = "rados")]
 unsafe extern "C" {
+    /// The client's addresses, in a buffer freed with `rados_buffer_free`.
+    pub(crate) fn rados_getaddrs(cluster: ceph::rados::rados_t, addrs: *mut *mut c_char) -> c_int;
     /// Lets operations on this ioctx proceed on a full pool: removing a partial image must work
     /// exactly when the pool has filled up.
     pub(crate) fn rados_set_pool_full_try(io: rados_ioctx_t);

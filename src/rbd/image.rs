@@ -20,20 +20,164 @@ pub(crate) fn create(ioctx: &IoCtx, name: &str, size: u64, features: u64, order:
     Ok(())
 }
 
-/// Removes an image that has no snapshots; the image must be closed.
-pub(crate) fn remove(ioctx: &IoCtx, name: &str) -> Result<()> {
-    let name_c = cstring(name)?;
-    // SAFETY: the ioctx is live; name_c is NUL-terminated.
-    let ret = unsafe { ffi::rbd_remove(ioctx.handle(), name_c.as_ptr()) };
-    check(ret.into(), Op::Remove, &ioctx.target(name))?;
-    Ok(())
+/// Removes image `name` if it is still the image of id `id`, and was closed. The name may have
+/// gone to a new image since (glance retries an upload under the same image id), so this acts
+/// on the id: the image goes to the trash by name, and out of it only if that trash entry is
+/// `id`; an entry of another id is put back under its name, and this fails with ESTALE. An
+/// image that is not there is an error (ENOENT).
+pub(crate) fn remove(ioctx: &IoCtx, name: &str, id: &str) -> Result<()> {
+    let target = ioctx.target(name);
+    let (name_c, id_c) = (cstring(name)?, cstring(id)?);
+    // Moved by an earlier attempt, whose removal from the trash failed: resumed there.
+    if trash_name(ioctx, &id_c).as_deref() != Some(name) {
+        // The name of another image now: left alone, without a trip through the trash (librbd
+        // moves even an open image there, taking its exclusive lock from its writer).
+        if id_of(ioctx, name)? != id {
+            return Err(Error::ceph(Op::Remove, &target, -i64::from(libc::ESTALE)));
+        }
+        // SAFETY: the ioctx is live; name_c is NUL-terminated. No delay: removable at once.
+        let ret = unsafe { ffi::rbd_trash_move(ioctx.handle(), name_c.as_ptr(), 0) };
+        check(ret.into(), Op::Remove, &target)?;
+        if trash_name(ioctx, &id_c).as_deref() != Some(name) {
+            restore_other(ioctx, name, id);
+            return Err(Error::ceph(Op::Remove, &target, -i64::from(libc::ESTALE)));
+        }
+    }
+    // SAFETY: the ioctx is live; id_c is NUL-terminated. Forced: the delay of 0 has passed.
+    let ret = unsafe { ffi::rbd_trash_remove(ioctx.handle(), id_c.as_ptr(), true) };
+    if ret == -libc::EBUSY || ret == -libc::ENOTEMPTY {
+        // A client has it open, or it has a snapshot: it goes back under its name, as it was.
+        // SAFETY: as above; both strings are NUL-terminated.
+        let back =
+            unsafe { ffi::rbd_trash_restore(ioctx.handle(), id_c.as_ptr(), name_c.as_ptr()) };
+        if back < 0 {
+            log::error!(
+                "{target} is left in the pool's trash as id {id}: removing it failed (errno \
+                 {}), and restoring it failed (errno {}); `rbd trash restore --image-id {id}` \
+                 brings it back",
+                -ret,
+                -back
+            );
+        }
+    }
+    if ret == -libc::ENOENT {
+        return Ok(());
+    }
+    check(ret.into(), Op::Remove, &target).map(drop)
 }
 
-/// Removes an image and, first, its snapshot (unprotecting it). A snapshot that is not there
-/// or not protected is fine; an image that is not there is an error (ENOENT).
-pub fn remove_with_snapshot(ioctx: &Arc<IoCtx>, name: &str, snapshot: Option<&str>) -> Result<()> {
+/// The id of image `name`, read from its id object (`rbd_id.NAME`, a Ceph-encoded string),
+/// without opening it.
+pub fn id_of(ioctx: &IoCtx, name: &str) -> Result<String> {
+    let target = ioctx.target(name);
+    let object = cstring(&format!("rbd_id.{name}"))?;
+    let mut buf = [0u8; 132];
+    // SAFETY: the ioctx is live; object is NUL-terminated; buf is writable for its length.
+    let ret = unsafe {
+        ceph::rados::rados_read(
+            ioctx.handle(),
+            object.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            0,
+        )
+    };
+    let read = usize::try_from(check(ret.into(), Op::Open, &target)?).unwrap_or(0);
+    let length = buf
+        .get(..4)
+        .filter(|_| read >= 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .filter(|length| 4 + length <= read)
+        .ok_or_else(|| Error::Internal(format!("the id object of {target} is not an id")))?;
+    Ok(String::from_utf8_lossy(&buf[4..4 + length]).into_owned())
+}
+
+/// The name of trash entry `id`, None if there is none.
+fn trash_name(ioctx: &IoCtx, id: &CString) -> Option<String> {
+    // SAFETY: all-zero is a valid empty info (null pointers, zero times).
+    let mut info: ffi::RbdTrashImageInfo = unsafe { std::mem::zeroed() };
+    // SAFETY: the ioctx is live; id is NUL-terminated; info is filled by librbd and cleaned up
+    // below.
+    let ret = unsafe { ffi::rbd_trash_get(ioctx.handle(), id.as_ptr(), &mut info) };
+    if ret < 0 {
+        return None;
+    }
+    // SAFETY: on success librbd set name to a NUL-terminated string it owns until the cleanup.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.name) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: info was filled by rbd_trash_get, and is cleaned up once.
+    unsafe { ffi::rbd_trash_get_cleanup(&mut info) };
+    Some(name)
+}
+
+/// Puts back under `name` the trash entries of that name other than `id`: moved to the trash
+/// by mistake, a moment ago.
+fn restore_other(ioctx: &IoCtx, name: &str, id: &str) {
+    let mut entries: Vec<ffi::RbdTrashImageInfo> = Vec::new();
+    let mut count = 0usize;
+    loop {
+        // SAFETY: entries is writable for `count` entries; librbd sets count to what it needs.
+        let ret = unsafe { ffi::rbd_trash_list(ioctx.handle(), entries.as_mut_ptr(), &mut count) };
+        if ret == -libc::ERANGE && count > entries.capacity() {
+            entries = Vec::with_capacity(count);
+            continue;
+        }
+        if ret < 0 {
+            log::error!(
+                "listing the trash of {} failed (errno {})",
+                ioctx.target(name),
+                -ret
+            );
+            return;
+        }
+        // SAFETY: librbd filled `ret` entries (count is their number).
+        unsafe { entries.set_len(count) };
+        break;
+    }
+    for entry in &entries {
+        // SAFETY: names and ids of the entries librbd filled are NUL-terminated until cleanup.
+        let (entry_name, entry_id) = unsafe {
+            (
+                std::ffi::CStr::from_ptr(entry.name),
+                std::ffi::CStr::from_ptr(entry.id),
+            )
+        };
+        if entry_name.to_bytes() == name.as_bytes() && entry_id.to_bytes() != id.as_bytes() {
+            // SAFETY: the ioctx is live; both strings are NUL-terminated.
+            let ret = unsafe { ffi::rbd_trash_restore(ioctx.handle(), entry.id, entry.name) };
+            if ret < 0 {
+                log::error!(
+                    "{} went to the trash by mistake, and restoring it failed (errno {}): \
+                     `rbd trash restore --image-id {}` brings it back",
+                    ioctx.target(name),
+                    -ret,
+                    entry_id.to_string_lossy()
+                );
+            }
+        }
+    }
+    // SAFETY: the entries librbd filled, cleaned up once.
+    unsafe { ffi::rbd_trash_list_cleanup(entries.as_mut_ptr(), entries.len()) };
+}
+
+/// Removes an image of id `id` and, first, its snapshot (unprotecting it). A snapshot that is
+/// not there or not protected is fine; an image that is not there is an error (ENOENT).
+pub fn remove_with_snapshot(
+    ioctx: &Arc<IoCtx>,
+    name: &str,
+    id: &str,
+    snapshot: Option<&str>,
+) -> Result<()> {
     if let Some(snap) = snapshot {
         let image = Image::open(Arc::clone(ioctx), name, None)?;
+        if image.id()? != id {
+            return Err(Error::ceph(
+                Op::Remove,
+                image.target(),
+                -i64::from(libc::ESTALE),
+            ));
+        }
         // EINVAL: never protected; ENOENT: never created. Both leave nothing to undo.
         let _ = image.snap_unprotect(snap);
         match image.snap_remove(snap) {
@@ -45,7 +189,7 @@ pub fn remove_with_snapshot(ioctx: &Arc<IoCtx>, name: &str, snapshot: Option<&st
             Err(err) => return Err(err),
         }
     }
-    remove(ioctx, name)
+    remove(ioctx, name, id)
 }
 
 /// An open image handle. Closing it releases the exclusive lock, so removal can follow.
@@ -87,6 +231,17 @@ impl Image {
             target,
             ioctx,
         })
+    }
+
+    /// The image's id: unlike its name, never given to another image.
+    pub(crate) fn id(&self) -> Result<String> {
+        let mut buf = [0 as std::os::raw::c_char; 128];
+        // SAFETY: the handle is open; buf is writable for its length, NUL-terminated on success.
+        let ret = unsafe { ffi::rbd_get_id(self.handle, buf.as_mut_ptr(), buf.len()) };
+        check(ret.into(), Op::Open, &self.target)?;
+        // SAFETY: NUL-terminated by librbd within buf.
+        let id = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+        Ok(id.to_string_lossy().into_owned())
     }
 
     /// The size of the image, or of the snapshot it was opened at.

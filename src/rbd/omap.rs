@@ -1,4 +1,6 @@
-//! Keys of an object's omap, each set or removed in one librados write operation.
+//! Keys of an object's omap, each set or removed in one librados write operation, optionally
+//! only if the key still holds what the caller last wrote (so a process never overwrites or
+//! removes an entry that another one has written since).
 
 use std::ffi::CStr;
 use std::ptr;
@@ -8,13 +10,18 @@ use ceph::rados;
 use super::cluster::{IoCtx, cstring};
 use crate::error::{Error, Op, Result, Target, check};
 
-/// Sets `key` to `value` in the omap of `object`, creating the object if needed. A failure is
-/// reported as `op` on `target`, what the key stands for.
+/// librados' comparison "equal" (`LIBRADOS_CMPXATTR_OP_EQ`).
+const EQUAL: u8 = 1;
+
+/// Sets `key` to `value` in the omap of `object`, creating the object if needed; with
+/// `expect`, only if the key holds exactly that (else ECANCELED, and nothing is written). A
+/// failure is reported as `op` on `target`, what the key stands for.
 pub(crate) fn set(
     ioctx: &IoCtx,
     object: &str,
     key: &str,
     value: &str,
+    expect: Option<&str>,
     op: Op,
     target: &Target,
 ) -> Result<()> {
@@ -23,6 +30,7 @@ pub(crate) fn set(
     let values = [value.as_ptr().cast()];
     let lens = [value.len()];
     operate(ioctx, &object_c, op, target, |write| {
+        compare(write, &key_c, expect);
         // SAFETY: the op is live; keys, values and lens hold one entry each, alive until the op
         // has run.
         unsafe {
@@ -31,17 +39,20 @@ pub(crate) fn set(
     })
 }
 
-/// Removes `key` from the omap of `object`; a key or an object that is not there is fine.
+/// Removes `key` from the omap of `object`; with `expect`, only if it holds exactly that
+/// (else ECANCELED). A key or an object that is not there is fine without `expect`.
 pub(crate) fn remove(
     ioctx: &IoCtx,
     object: &str,
     key: &str,
+    expect: Option<&str>,
     op: Op,
     target: &Target,
 ) -> Result<()> {
     let (object_c, key_c) = (cstring(object)?, cstring(key)?);
     let keys = [key_c.as_ptr()];
     let removed = operate(ioctx, &object_c, op, target, |write| {
+        compare(write, &key_c, expect);
         // SAFETY: the op is live; keys holds one NUL-terminated key, alive until the op has run.
         unsafe { rados::rados_write_op_omap_rm_keys(write, keys.as_ptr(), 1) }
     });
@@ -49,8 +60,27 @@ pub(crate) fn remove(
         Err(Error::Ceph {
             errno: libc::ENOENT,
             ..
-        }) => Ok(()),
+        }) if expect.is_none() => Ok(()),
         other => other,
+    }
+}
+
+/// Makes the op conditional on `key` holding `expect`, if given: a key that differs or is
+/// missing fails the whole op with ECANCELED.
+fn compare(write: rados::rados_write_op_t, key: &CStr, expect: Option<&str>) {
+    if let Some(expect) = expect {
+        // SAFETY: the op is live; key and expect outlive the op's run (the callers hold them);
+        // no per-op return value is asked for.
+        unsafe {
+            rados::rados_write_op_omap_cmp(
+                write,
+                key.as_ptr(),
+                EQUAL,
+                expect.as_ptr().cast(),
+                expect.len(),
+                ptr::null_mut(),
+            );
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::fence::{self, Fence};
 use super::progress::{Kind, Progress};
 use super::shares::{PROCESS, Share};
 use crate::error::{Error, Op, Result, check};
@@ -23,7 +24,7 @@ use crate::rbd::image::Image;
 /// `as_mut_ptr` must point to `size()` bytes that nothing else reads or writes, and that stay
 /// where they are, until the value is dropped: librbd writes there from its own threads after
 /// `Download::start` has taken the value.
-pub unsafe trait Destination: Send {
+pub unsafe trait Destination: Send + 'static {
     fn as_mut_ptr(&mut self) -> *mut u8;
     /// How many bytes to read into it.
     fn size(&self) -> usize;
@@ -48,7 +49,9 @@ struct Pending<D> {
 
 /// One image read in order; see the module doc.
 pub struct Download<D: Destination> {
-    image: Image,
+    /// None once abandoned: its client was fenced, and its reads left to librbd.
+    image: Option<Image>,
+    fence: Fence,
     size: u64,
     chunk_size: usize,
     share: Share,
@@ -66,8 +69,16 @@ pub struct Download<D: Destination> {
 impl<D: Destination> Download<D> {
     /// Opens the image, at the snapshot if one is named; nothing is read yet.
     pub fn open(cluster: &Arc<Cluster>, options: &DownloadOptions) -> Result<Self> {
-        Self::open_image(cluster, options)
-            .inspect_err(|err| cluster.forget_if_refused_at_start(err))
+        match Self::open_image(cluster, options) {
+            // Fenced while idle in the cache: the download goes through a new connection.
+            Err(err) if err.errno() == Some(libc::ESHUTDOWN) => {
+                log::info!("{}: connecting again", cluster.entity());
+                let again = cluster.replace_fenced()?;
+                Self::open_image(&again, options)
+                    .inspect_err(|err| again.forget_if_refused_at_start(err))
+            }
+            other => other.inspect_err(|err| cluster.forget_if_refused_at_start(err)),
+        }
     }
 
     fn open_image(cluster: &Arc<Cluster>, options: &DownloadOptions) -> Result<Self> {
@@ -75,10 +86,16 @@ impl<D: Destination> Download<D> {
             return Err(Error::Usage("chunk_size must be at least 1 byte".into()));
         }
         let ioctx = Arc::new(cluster.pool(&options.pool)?);
-        let image = Image::open(ioctx, &options.image, options.snapshot.as_deref())?;
+        let image = Image::open(
+            Arc::clone(&ioctx),
+            &options.image,
+            options.snapshot.as_deref(),
+        )?;
         let size = image.size()?;
+        let fence = Fence::new(ioctx, &image.id()?, image.target().clone());
         Ok(Download {
-            image,
+            image: Some(image),
+            fence,
             size,
             chunk_size: options.chunk_size,
             share: PROCESS.join(options.max_in_flight),
@@ -124,20 +141,21 @@ impl<D: Destination> Download<D> {
                 self.next, self.reserved, self.size
             )));
         }
-        let mut completion = Completion::new(&self.image, Op::StartRead)?;
+        let image = self.image.as_ref().ok_or_else(abandoned)?;
+        let mut completion = Completion::new(image, Op::StartRead)?;
         // SAFETY: the image is open; the destination is `len` writable bytes that stay in
         // place in `Pending` until the completion has been waited for (`Destination`'s
         // contract), and `Pending` drops the completion first.
         let ret = unsafe {
             ffi::rbd_aio_read(
-                self.image.handle(),
+                image.handle(),
                 self.next,
                 len,
                 destination.as_mut_ptr().cast(),
                 completion.handle(),
             )
         };
-        completion.submitted(ret, Op::StartRead, &self.image)?;
+        completion.submitted(ret, Op::StartRead, image)?;
         self.queue.push_back(Pending {
             completion,
             offset: self.next,
@@ -151,8 +169,11 @@ impl<D: Destination> Download<D> {
 
     /// The next chunk, in order, once it has arrived; None at the end of the image.
     pub fn next_chunk(&mut self, poll: Poll) -> Result<Option<D>> {
-        self.read_next(poll)
-            .inspect_err(|err| self.image.cluster().forget_if_refused(err))
+        self.read_next(poll).inspect_err(|err| {
+            if let Some(image) = &self.image {
+                image.cluster().forget_if_refused(err);
+            }
+        })
     }
 
     fn read_next(&mut self, poll: Poll) -> Result<Option<D>> {
@@ -162,24 +183,57 @@ impl<D: Destination> Download<D> {
             self.progress.end();
             return Ok(None);
         };
-        let ret = oldest.completion.wait(poll)?;
+        let fence = &mut self.fence;
+        let waited = oldest.completion.wait(&mut || {
+            poll()?;
+            fence.check()
+        });
+        let ret = match waited {
+            Err(err) if fence::is_fenced(&err) => return Err(self.abandon(err)),
+            other => other?,
+        };
+        self.fence.moved();
         let pending = self.queue.pop_front().expect("front exists");
         let len = pending.destination.size();
         self.in_flight -= len;
         self.share.sub(len);
-        let read = check(ret as i64, Op::Read, self.image.target())?;
+        let target = self.image.as_ref().ok_or_else(abandoned)?.target().clone();
+        let read = check(ret as i64, Op::Read, &target);
+        let read = match read {
+            Err(err) if fence::is_fenced(&err) => return Err(self.abandon(err)),
+            other => other?,
+        };
         if read != len as i64 {
             // The image shrank under the reader: what was asked for is not there any more.
             log::debug!("read of {len} bytes at {} returned {read}", pending.offset);
-            return Err(Error::ceph(
-                Op::ShortRead,
-                self.image.target(),
-                -libc::EIO as i64,
-            ));
+            return Err(Error::ceph(Op::ShortRead, &target, -libc::EIO as i64));
         }
         self.delivered += len as u64;
         self.progress.advance(self.delivered);
         Ok(Some(pending.destination))
+    }
+
+    /// Leaves the reads in flight, and the image after them, to a thread that waits for them:
+    /// the client was fenced, and they may never complete. The connection is dropped from the
+    /// cache, so that the next transfer connects again. Returns `why`.
+    fn abandon(&mut self, why: Error) -> Error {
+        log::info!("abandoning the download: {why}");
+        let pending = std::mem::take(&mut self.queue);
+        let image = self.image.take();
+        if let Some(image) = image
+            .as_ref()
+            .filter(|_| why.errno() == Some(libc::ESHUTDOWN))
+        {
+            image.cluster().forget_fenced();
+        }
+        self.share.sub(self.in_flight + self.reserved);
+        self.share.leave();
+        self.progress.end();
+        self.in_flight = 0;
+        self.reserved = 0;
+        self.next = self.size;
+        fence::abandon(pending, image, "the reads in flight");
+        why
     }
 
     /// Waits for the reads still in flight and gives their destinations back, unread: for a
@@ -204,6 +258,10 @@ impl<D: Destination> Download<D> {
             })
             .collect()
     }
+}
+
+fn abandoned() -> Error {
+    Error::Usage("the download was abandoned: its client was fenced".into())
 }
 
 /// The reads to start from `next` in an image of `size` bytes, chunk by chunk, while the bytes

@@ -2,11 +2,14 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, PoisonError};
 
+use super::background;
+use super::fence::{self, Fence};
 use super::progress::Progress;
 use crate::error::{Error, Op, Result, check};
-use crate::rbd::completion::{Completion, Poll};
+use crate::rbd::completion::{Completion, POLL_INTERVAL, Poll};
 use crate::rbd::ffi;
 use crate::rbd::image::Image;
 
@@ -29,14 +32,17 @@ pub(crate) struct InFlight {
     /// Each write completed is progress of the upload, even where no new data is accepted
     /// (finish draining the writes of a slow cluster).
     progress: Progress,
+    /// Whether a wait that sees no completion waits for nothing (a fenced client).
+    fence: Fence,
 }
 
 impl InFlight {
-    pub(crate) fn new(progress: Progress) -> Self {
+    pub(crate) fn new(progress: Progress, fence: Fence) -> Self {
         InFlight {
             queue: VecDeque::new(),
             bytes: 0,
             progress,
+            fence,
         }
     }
 
@@ -98,13 +104,15 @@ impl InFlight {
         Ok(())
     }
 
-    /// Waits for every write in flight; the first failure is returned once all are done.
+    /// Waits for every write in flight; the first failure is returned once all are done. A
+    /// fenced client's is returned at once, the rest left in flight (`abandon`).
     pub(crate) fn drain(&mut self, image: &Image, poll: Poll) -> Result<()> {
         let mut first_error = None;
         while !self.queue.is_empty() {
             match self.reap_oldest(image, poll) {
                 Ok(()) => {}
                 Err(Error::Interrupted) => return Err(Error::Interrupted),
+                Err(err) if fence::is_fenced(&err) => return Err(err),
                 Err(err) => {
                     first_error.get_or_insert(err);
                 }
@@ -113,12 +121,82 @@ impl InFlight {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Leaves the writes still in flight, and `image` after them, to a thread that waits for
+    /// them: the client was fenced, and they may never complete.
+    pub(crate) fn abandon(&mut self, image: Option<Image>) {
+        let pending = std::mem::take(&mut self.queue);
+        if !pending.is_empty() {
+            log::debug!(
+                "leaving {} writes ({} bytes) in flight to librbd",
+                pending.len(),
+                self.bytes
+            );
+        }
+        self.bytes = 0;
+        fence::abandon(pending, image, "the writes in flight");
+    }
+
+    /// Runs `call`, a synchronous librbd call on the image (a resize, the flush, the snapshot),
+    /// on a thread of its own, and waits for it as for a write, but uninterruptibly: it cannot
+    /// be stopped half-way. A fenced client's call can block inside librbd for good, so once
+    /// the probe proves the client fenced, the wait ends with that error and the call keeps the
+    /// image on its thread (`None` comes back). Otherwise the image comes back with the result.
+    pub(crate) fn guarded<T: Send + 'static>(
+        &mut self,
+        image: Image,
+        call: impl FnOnce(&Image) -> Result<T> + Send + 'static,
+    ) -> (Option<Image>, Result<T>) {
+        let (send, answer) = std::sync::mpsc::channel();
+        let held = Arc::new(std::sync::Mutex::new(Some(image)));
+        let inner = Arc::clone(&held);
+        let spawned = background::spawn("rbd-sync-call".into(), move || {
+            let image = inner.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(image) = image {
+                let result = call(&image);
+                let _ = send.send((image, result));
+            }
+        });
+        if let Err(err) = spawned {
+            // The closure went without running: the image is still here.
+            let image = held.lock().unwrap_or_else(PoisonError::into_inner).take();
+            return (
+                image,
+                Err(Error::Internal(format!("cannot start a thread: {err}"))),
+            );
+        }
+        self.fence.moved();
+        loop {
+            match answer.recv_timeout(POLL_INTERVAL) {
+                Ok((image, result)) => {
+                    self.fence.moved();
+                    return (Some(image), result);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Err(err) = self.fence.check() {
+                        return (None, Err(err));
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return (
+                        None,
+                        Err(Error::Internal("a librbd call's thread ended".into())),
+                    );
+                }
+            }
+        }
+    }
+
     /// Waits for the oldest write and releases it; its error, if it failed.
     pub(crate) fn reap_oldest(&mut self, image: &Image, poll: Poll) -> Result<()> {
         let Some(oldest) = self.queue.front() else {
             return Ok(());
         };
-        let ret = oldest.completion.wait(poll)?;
+        let fence = &mut self.fence;
+        let ret = oldest.completion.wait(&mut || {
+            poll()?;
+            fence.check()
+        })?;
+        self.fence.moved();
         let pending = self.queue.pop_front().expect("front exists");
         self.bytes -= pending.len;
         self.progress.moved();

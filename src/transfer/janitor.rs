@@ -1,16 +1,16 @@
 //! Removing partial images that could not be removed at once (the cluster was down, a timeout):
 //! one background thread closes them if still open, then retries each removal, with backoff,
-//! until it goes through.
+//! until it goes through. Removal acts on the image's id: much later, the name may be another
+//! image's (glance retried the upload), which is left alone.
 
 use std::fmt;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::background;
-use super::mark;
+use super::mark::Mark;
 use crate::error::Error;
-use crate::rbd::cluster::IoCtx;
 use crate::rbd::image::{self, Image};
 
 const FIRST_RETRY: Duration = Duration::from_secs(2);
@@ -21,8 +21,9 @@ const LAST_RETRY: Duration = Duration::from_secs(10);
 struct Leftover {
     /// Still open: closing releases the exclusive lock, which waits on the cluster too.
     open: Option<Image>,
-    ioctx: Arc<IoCtx>,
-    image: String,
+    /// The upload's mark: it names the pool and the image, and is cleared once the image goes.
+    mark: Mark,
+    id: String,
     snapshot: Option<String>,
     next_try: Instant,
     delay: Duration,
@@ -32,23 +33,23 @@ struct Leftover {
 /// thread, so it starts its own.
 static QUEUE: Mutex<Option<(u32, Sender<Leftover>)>> = Mutex::new(None);
 
-/// Queues `image` for removal in the background, closing `open` first if given; `reason` says
-/// why it was not removed at once.
+/// Queues the image of `mark` (of id `id`) for removal in the background, closing `open` first
+/// if given; `reason` says why it was not removed at once.
 pub(crate) fn remove_later(
     open: Option<Image>,
-    ioctx: Arc<IoCtx>,
-    image: &str,
+    mark: Mark,
+    id: &str,
     snapshot: Option<&str>,
     reason: &dyn fmt::Display,
 ) {
     log::warn!(
         "could not remove {} ({reason}); retrying in the background",
-        ioctx.target(image)
+        mark.ioctx().target(mark.image())
     );
     let leftover = Leftover {
         open,
-        ioctx,
-        image: image.to_owned(),
+        mark,
+        id: id.to_owned(),
         snapshot: snapshot.map(str::to_owned),
         next_try: Instant::now() + FIRST_RETRY,
         delay: FIRST_RETRY,
@@ -90,11 +91,13 @@ fn run(queue: Receiver<Leftover>) {
             if leftover.next_try > now {
                 return true;
             }
-            let target = leftover.ioctx.target(&leftover.image);
+            let (ioctx, name) = (leftover.mark.ioctx(), leftover.mark.image());
+            let target = ioctx.target(name);
             let snapshot = leftover.snapshot.as_deref();
-            match image::remove_with_snapshot(&leftover.ioctx, &leftover.image, snapshot) {
+            let removed = image::remove_with_snapshot(ioctx, name, &leftover.id, snapshot);
+            match removed {
                 Ok(()) => {
-                    mark::unmark(&leftover.ioctx, &leftover.image);
+                    leftover.mark.clear();
                     log::info!("removed partial {target} after an earlier failure");
                     false
                 }
@@ -102,7 +105,19 @@ fn run(queue: Receiver<Leftover>) {
                     errno: libc::ENOENT,
                     ..
                 }) => {
-                    mark::unmark(&leftover.ioctx, &leftover.image);
+                    leftover.mark.clear();
+                    false
+                }
+                Err(Error::Ceph {
+                    errno: libc::ESTALE,
+                    ..
+                }) => {
+                    log::info!(
+                        "partial {target} (id {}) is already gone: the name is another \
+                         image's now, left alone",
+                        leftover.id
+                    );
+                    leftover.mark.clear();
                     false
                 }
                 Err(err) => {

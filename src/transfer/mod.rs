@@ -6,6 +6,7 @@ pub(crate) mod background;
 pub(crate) mod budget;
 pub(crate) mod digest;
 pub(crate) mod download;
+pub(crate) mod fence;
 pub(crate) mod in_flight;
 pub(crate) mod janitor;
 pub(crate) mod mark;

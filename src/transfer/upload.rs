@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::budget::Budget;
 use super::digest::Digests;
+use super::fence::{self, Fence};
 use super::in_flight::{Buffer, InFlight};
 use super::janitor;
 use super::mark::Mark;
@@ -70,6 +71,8 @@ pub struct Upload {
     ioctx: Arc<IoCtx>,
     /// Open while the upload runs; None once finished or aborted.
     image: Option<Image>,
+    /// What removal acts on: the name may go to another image.
+    image_id: String,
     in_flight: InFlight,
     digests: Digests,
     budget: Arc<Budget>,
@@ -89,7 +92,16 @@ pub struct Upload {
 impl Upload {
     /// Creates and opens the image. An image that already exists is left untouched.
     pub fn start(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {
-        Self::create(cluster, options).inspect_err(|err| cluster.forget_if_refused_at_start(err))
+        match Self::create(cluster, options.clone()) {
+            // Fenced while idle in the cache: the upload goes through a new connection.
+            Err(err) if err.errno() == Some(libc::ESHUTDOWN) => {
+                log::info!("{}: connecting again", cluster.entity());
+                let again = cluster.replace_fenced()?;
+                Self::create(&again, options)
+                    .inspect_err(|err| again.forget_if_refused_at_start(err))
+            }
+            other => other.inspect_err(|err| cluster.forget_if_refused_at_start(err)),
+        }
     }
 
     fn create(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {
@@ -125,18 +137,33 @@ impl Upload {
         let image = match Image::open(Arc::clone(&ioctx), &options.image, None) {
             Ok(image) => image,
             Err(err) => {
-                if let Err(cleanup) = image::remove(&ioctx, &options.image) {
+                let removed = image::id_of(&ioctx, &options.image)
+                    .and_then(|id| image::remove(&ioctx, &options.image, &id));
+                if let Err(cleanup) = removed {
                     log::warn!("could not remove the new image after a failed open: {cleanup}");
                 }
                 return Err(err);
             }
         };
+        // Removal acts on the id: the name may be given to another image meanwhile.
+        let image_id = match image.id() {
+            Ok(id) => id,
+            Err(err) => {
+                drop(image);
+                let _ = image::id_of(&ioctx, &options.image)
+                    .and_then(|id| image::remove(&ioctx, &options.image, &id));
+                return Err(err);
+            }
+        };
         // Open first: a marked image always has its writer's watch while the writer lives.
-        let mark = Mark::set(Arc::clone(&ioctx), &options.image, options.size);
+        let mark = Mark::set(Arc::clone(&ioctx), &options.image, &image_id, options.size);
         let progress =
             Progress::register(Kind::Upload, &options.pool, &options.image, options.size);
         Ok(Upload {
-            in_flight: InFlight::new(progress.clone()),
+            in_flight: InFlight::new(
+                progress.clone(),
+                Fence::new(Arc::clone(&ioctx), &image_id, image.target().clone()),
+            ),
             digests,
             budget: Budget::new(PROCESS.join(options.max_in_flight)),
             mark,
@@ -145,6 +172,7 @@ impl Upload {
             options,
             ioctx,
             image: Some(image),
+            image_id,
             written: 0,
             snapshot_made: false,
             interrupted: false,
@@ -218,11 +246,12 @@ impl Upload {
             // Growing waits for the writes in flight inside librbd; large steps keep that rare.
             let object_size = 1u64 << self.options.order;
             let new_size = grown_size(self.image_size, end, object_size);
-            log::debug!("growing {} to {new_size} bytes", image.target());
-            image.resize(new_size)?;
+            log::debug!("growing {} to {new_size} bytes", self.target());
+            self.sync_call(move |image| image.resize(new_size))?;
             self.image_size = new_size;
             self.summary.resizes += 1;
         }
+        let image = self.image.as_ref().ok_or_else(closed)?;
         let ranges = if self.options.thin {
             zeros::data_ranges(data, offset)
         } else {
@@ -262,17 +291,22 @@ impl Upload {
         let image = self.image.as_ref().ok_or_else(closed)?;
         self.in_flight.drain(image, poll)?;
         self.summary.digests = self.digests.finish()?;
-        image.flush()?;
+        self.sync_call(Image::flush)?;
         if self.options.size == 0 && self.image_size != self.written {
             let started = Instant::now();
-            image.resize(self.written)?;
+            let written = self.written;
+            self.sync_call(move |image| image.resize(written))?;
             self.summary.trim_seconds = started.elapsed().as_secs_f64();
             self.image_size = self.written;
         }
-        if let Some(snap) = &self.options.snapshot {
-            image.snap_create(snap)?;
-            self.snapshot_made = true;
-            image.snap_protect(snap)?;
+        if let Some(snap) = self.options.snapshot.clone() {
+            let made = self.sync_call({
+                let snap = snap.clone();
+                move |image| image.snap_create(&snap)
+            });
+            self.snapshot_made = made.is_ok();
+            made?;
+            self.sync_call(move |image| image.snap_protect(&snap))?;
         }
         self.image = None;
         self.mark.clear();
@@ -299,6 +333,10 @@ impl Upload {
         };
         match self.in_flight.drain(image, poll) {
             Err(Error::Interrupted) => return Err(Error::Interrupted),
+            Err(err) if fence::is_fenced(&err) => {
+                self.abandon(&err);
+                return Ok(());
+            }
             Err(err) => log::debug!("write failed while aborting {}: {err}", self.target()),
             Ok(()) => {}
         }
@@ -316,26 +354,96 @@ impl Upload {
         if self.remove_later {
             // Closing would wait on the timed-out cluster as well: the janitor does both, and
             // clears the mark after.
-            janitor::remove_later(image, ioctx, name, snapshot, &"the cluster timed out");
+            let mark = self.mark.hand_over();
+            janitor::remove_later(
+                image,
+                mark,
+                &self.image_id,
+                snapshot,
+                &"the cluster timed out",
+            );
             return Ok(());
         }
         // Closed first: the exclusive lock goes with it, so removal can follow.
         drop(image);
-        match image::remove_with_snapshot(&ioctx, name, snapshot) {
-            // Closed, the image may be swept by `glance-rbd-native sweep` before this removal.
+        match image::remove_with_snapshot(&ioctx, name, &self.image_id, snapshot) {
+            // Closed, the image may be swept by `glance-rbd-native sweep` before this removal
+            // (ENOENT), and its name given to a new image (ESTALE, which is left alone).
             Ok(())
             | Err(Error::Ceph {
-                errno: libc::ENOENT,
+                errno: libc::ENOENT | libc::ESTALE,
                 ..
             }) => {}
             Err(err) => {
-                janitor::remove_later(None, ioctx, name, snapshot, &err);
+                let mark = self.mark.hand_over();
+                janitor::remove_later(None, mark, &self.image_id, snapshot, &err);
                 return Err(err);
             }
         }
         self.mark.clear();
         log::info!("removed partial {}", self.target());
         Ok(())
+    }
+
+    /// Ends an upload whose client was fenced, or whose image was removed, without waiting
+    /// for what it has in flight: that is left to librbd on a thread of its own, with the
+    /// image. Its clean-up goes through a new connection, which the cache keeps for the
+    /// transfers that follow: the image, if it is still the one this upload created, and the
+    /// mark, if it is still this writer's.
+    fn abandon(&mut self, why: &Error) {
+        log::info!("abandoning the upload to {}: {why}", self.target());
+        let image = self.image.take();
+        self.in_flight.abandon(image);
+        self.budget.leave();
+        self.progress.end();
+        self.digests.stop();
+        let name = self.options.image.clone();
+        let cluster = self.ioctx.cluster();
+        let connection = if why.errno() == Some(libc::ESHUTDOWN) {
+            cluster.replace_fenced()
+        } else {
+            Ok(Arc::clone(cluster))
+        };
+        let cleaned = connection
+            .and_then(|cluster| cluster.pool(&self.options.pool))
+            .and_then(|ioctx| {
+                let ioctx = Arc::new(ioctx);
+                let snapshot = self
+                    .options
+                    .snapshot
+                    .as_deref()
+                    .filter(|_| self.snapshot_made);
+                let removed = match why.errno() {
+                    Some(libc::ENOENT) => Ok(()), // removed by whoever fenced it
+                    _ => image::remove_with_snapshot(&ioctx, &name, &self.image_id, snapshot),
+                };
+                self.mark.clear_through(&ioctx);
+                removed
+            });
+        match cleaned {
+            Ok(())
+            | Err(Error::Ceph {
+                errno: libc::ENOENT | libc::ESTALE,
+                ..
+            }) => log::info!("removed partial {}", self.target()),
+            Err(err) => log::warn!(
+                "could not remove partial {} after its client was fenced: {err}; \
+                 `glance-rbd-native sweep` lists it",
+                self.target()
+            ),
+        }
+    }
+
+    /// A synchronous librbd call on the open image, which a fenced client's wait cannot hold
+    /// for good (`InFlight::guarded`). Fenced, the image stays with the call.
+    fn sync_call<T: Send + 'static>(
+        &mut self,
+        call: impl FnOnce(&Image) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let image = self.image.take().ok_or_else(closed)?;
+        let (back, result) = self.in_flight.guarded(image, call);
+        self.image = back;
+        result
     }
 
     fn check_not_interrupted(&self) -> Result<()> {
@@ -356,6 +464,10 @@ impl Upload {
             return err;
         }
         self.ioctx.cluster().forget_if_refused(&err);
+        if fence::is_fenced(&err) {
+            self.abandon(&err);
+            return err;
+        }
         // A timed-out cluster would time out the removal too (several round trips): leave it to
         // the janitor, so the caller hears of the failure after one timeout, not five.
         if err.errno() == Some(libc::ETIMEDOUT) {
