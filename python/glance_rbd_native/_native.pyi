@@ -35,6 +35,11 @@ class TimedOut(RbdError):
 class ConnectError(RbdError):
     """The cluster could not be reached: configuration file, user, keyring or monitors."""
 
+class Fenced(RbdError):
+    """The transfer's Ceph client was fenced (blocklisted: ESHUTDOWN) or its image removed
+    (ENOENT) by another process while it ran: it was abandoned at once. The next transfer
+    connects again."""
+
 class InternalError(RuntimeError):
     """The native layer failed in a way that is neither the caller's nor Ceph's doing (a thread
     that could not start, a panic): a bug to report."""

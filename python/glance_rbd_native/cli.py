@@ -1,14 +1,15 @@
 """``glance-rbd-native`` (also ``python -m glance_rbd_native``): the uploads in flight in
 glance's rbd backends, and the partial images of those whose writer is gone.
 
-    glance-rbd-native --config-file /etc/glance/glance-api.conf status
-    glance-rbd-native --config-file /etc/glance/glance-api.conf sweep [--remove]
-    glance-rbd-native ... sweep --include-unmarked --older-than 1d [--remove]
+    glance-rbd-native status --config-file /etc/glance/glance-api.conf
+    glance-rbd-native sweep [--remove] --config-file /etc/glance/glance-api.conf
+    glance-rbd-native sweep --include-unmarked --older-than 1d [--remove IMAGE... | --all-unmarked]
 
 It reads glance-api's configuration as glance-manage does, and looks at every rbd backend of
-``enabled_backends`` (or the ``[glance_store]`` one), or at ``--backend NAME``. ``sweep`` changes
-nothing without ``--remove``. Exit status: 0 when it ran, 1 when a cluster could not be read,
-2 for a bad command line or configuration. The rules are in ``leftovers``.
+``enabled_backends`` (or the ``[glance_store]`` one), or at ``--backend NAME``. The options go
+before or after the command. ``sweep`` changes nothing without ``--remove``. Exit status: 0 when
+it ran, 1 when a cluster could not be read, 2 for a bad command line or configuration. The rules
+are in ``leftovers``.
 """
 
 import argparse
@@ -19,9 +20,12 @@ import sys
 import time
 import warnings
 
-from glance_rbd_native import compat, leftovers
+from glance_rbd_native import compat, leftovers, settings
+from glance_rbd_native.leftovers import duration, printable
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# What status lists, and what sweep lists as kept.
+STATUS_STATES = ("alive", "silent", "gone", "unreadable")
 
 
 class Failure(Exception):
@@ -33,13 +37,18 @@ class Failure(Exception):
 
 
 def main(argv=None):
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     # glance_store's deprecation notices and its drivers that cannot load (cinder without
     # os-brick) are for glance-api's log, not for this command's output.
     warnings.simplefilter("ignore")
     logging.basicConfig(level=logging.CRITICAL, format="%(name)s: %(message)s")
     try:
-        results = [_run(args, backend) for backend in _backends(args.config_file, args.backend)]
+        conf, backends = _backends(args.config_file, args.backend)
+        _check(args)
+        if args.presume_gone_after is None:
+            args.presume_gone_after = settings.presume_gone_after(conf)
+        referenced = _referenced(conf) if getattr(args, "include_unmarked", False) else None
+        results = [_run(args, backend, referenced) for backend in backends]
     except Failure as failure:
         print(f"glance-rbd-native: {failure}", file=sys.stderr)
         return failure.status
@@ -51,33 +60,75 @@ def main(argv=None):
     return 0
 
 
+def _parse(argv):
+    args = _parser().parse_args(argv)
+    # Given after the command: added to those given before it.
+    args.config_file = args.config_file + args.config_file_after
+    args.backend = args.backend_after or args.backend
+    return args
+
+
 def _parser():
     parser = argparse.ArgumentParser(
         prog="glance-rbd-native",
         description="Uploads in flight in glance's rbd backends, and the partial images whose "
                     "writer is gone.")
-    parser.add_argument("--config-file", action="append", default=[], metavar="PATH",
-                        help="glance-api's configuration; repeat for more files, read in order "
-                             "(default: oslo.config's search, as glance-manage)")
-    parser.add_argument("--backend", metavar="NAME",
-                        help="only this backend of enabled_backends (default: every rbd one)")
+    _configuration(parser, "")
     commands = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
+    _configuration(common, "_after")
     common.add_argument("--format", choices=("text", "json"), default="text")
+    common.add_argument("--presume-gone-after", type=_age, metavar="AGE",
+                        help="a writer that cannot be seen from this host (another host, "
+                             "another container's pids) is presumed gone after this long with "
+                             "neither a watch nor a refresh of its mark (default: "
+                             f"[{settings.GROUP.name}] presume_gone_after of the "
+                             "configuration, 1h)")
     commands.add_parser(
         "status", parents=[common],
         help="every upload in flight: host, pid, age, bytes, rate, and whether its writer lives")
     sweep = commands.add_parser(
         "sweep", parents=[common],
-        help="the partial images whose writer is provably gone; --remove removes them")
-    sweep.add_argument("--remove", action="store_true", help="remove what is listed")
+        help="the partial images whose writer is gone; --remove removes them")
+    sweep.add_argument("--remove", action="store_true",
+                       help="remove the partial images whose writer is gone (fencing first a "
+                            "writer presumed gone), and drop stale marks")
     sweep.add_argument("--include-unmarked", action="store_true",
                        help="also list partial images without a native mark (stock's, another "
-                            "tool's) and no watcher; needs --older-than; lists the whole pool")
+                            "tool's), named as glance names images, with no watcher, that "
+                            "glance's database does not reference; needs --older-than; lists "
+                            "the whole pool")
     sweep.add_argument("--older-than", type=_age, metavar="AGE",
                        help="with --include-unmarked: created at least this long ago, e.g. "
                             "3600, 30m, 12h, 2d")
+    sweep.add_argument("images", nargs="*", metavar="IMAGE",
+                       help="with --include-unmarked --remove: the unmarked images to remove, "
+                            "out of those it lists")
+    sweep.add_argument("--all-unmarked", action="store_true",
+                       help="with --include-unmarked --remove: remove every unmarked image it "
+                            "lists")
     return parser
+
+
+def _configuration(parser, suffix):
+    """--config-file and --backend, accepted before and after the command."""
+    parser.add_argument("--config-file", action="append", default=[], metavar="PATH",
+                        dest="config_file" + suffix,
+                        help="glance-api's configuration; repeat for more files, read in order "
+                             "(default: oslo.config's search, as glance-manage)")
+    parser.add_argument("--backend", metavar="NAME", dest="backend" + suffix,
+                        help="only this backend of enabled_backends (default: every rbd one)")
+
+
+def _check(args):
+    if args.command != "sweep":
+        return
+    if args.include_unmarked and args.older_than is None:
+        raise Failure("--include-unmarked needs --older-than AGE", 2)
+    if (args.images or args.all_unmarked) and not (args.include_unmarked and args.remove):
+        raise Failure("IMAGE and --all-unmarked go with --include-unmarked --remove", 2)
+    if args.images and args.all_unmarked:
+        raise Failure("name the unmarked images to remove, or give --all-unmarked: not both", 2)
 
 
 def _age(text):
@@ -105,6 +156,7 @@ def _backends(config_files, only):
 
     conf = cfg.ConfigOpts()
     conf.register_opt(cfg.DictOpt("enabled_backends"))
+    conf.register_opt(cfg.StrOpt("connection", secret=True), group="database")
     try:
         conf(args=[f"--config-file={path}" for path in config_files], project="glance",
              prog="glance-api")
@@ -136,7 +188,7 @@ def _backends(config_files, only):
         except (exceptions.BadStoreConfiguration, cfg.Error) as exc:
             raise Failure(f"backend {name}: {exc}", 2) from exc
         backends.append(Backend(name, store))
-    return backends
+    return conf, backends
 
 
 def _single_store_types(conf):
@@ -144,7 +196,39 @@ def _single_store_types(conf):
     return set(options.stores or ()) | {options.default_store}
 
 
-def _run(args, backend):
+def _referenced(conf):
+    """(names, None) of the images glance's database references: the ids of its images not
+    deleted, and the image names of their locations; or (None, why) where it cannot be read."""
+    url = conf.database.connection
+    if not url:
+        return None, "the configuration has no [database] connection"
+    try:
+        import sqlalchemy
+    except ImportError:
+        return None, "SQLAlchemy is not installed here"
+    try:
+        engine = sqlalchemy.create_engine(url)
+        try:
+            with engine.connect() as db:
+                ids = {row[0] for row in db.execute(sqlalchemy.text(
+                    "SELECT id FROM images WHERE deleted = :no"), {"no": False})}
+                locations = [row[0] for row in db.execute(sqlalchemy.text(
+                    "SELECT value FROM image_locations WHERE deleted = :no"), {"no": False})]
+        finally:
+            engine.dispose()
+    except Exception as exc:  # any driver's error: the operator reads why
+        first = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        return None, f"reading it failed ({type(exc).__name__}: {first})"
+    names = set(ids)
+    for location in locations:
+        # rbd://FSID/POOL/IMAGE/SNAP, or rbd://IMAGE of the oldest releases.
+        if location and location.startswith("rbd://"):
+            parts = location[len("rbd://"):].split("/")
+            names.add(parts[2] if len(parts) == 4 else parts[0])
+    return names, None
+
+
+def _run(args, backend, referenced):
     import rados
     import rbd
 
@@ -164,7 +248,7 @@ def _run(args, backend):
     entity = f"client.{backend.user or 'admin'}"
     try:
         with cluster.open_ioctx(backend.pool) as ioctx:
-            return _look(args, backend, cluster, ioctx)
+            return _look(args, backend, leftovers.Pool(cluster, ioctx), referenced)
     except rados.ObjectNotFound as exc:
         raise Failure(f"backend {backend.name}: pool {backend.pool!r} not found") from exc
     except (rados.PermissionError, rados.PermissionDeniedError, rbd.PermissionError,
@@ -180,36 +264,43 @@ def _run(args, backend):
                       "the operations of such a user unanswered); glance's cephx user needs the "
                       f"caps {_native._glance_caps(backend.pool)}; `ceph auth get {entity}` "
                       "shows the caps it has") from exc
-    except rados.Error as exc:
+    except (rados.Error, rbd.Error) as exc:
         raise Failure(f"backend {backend.name}: {exc}") from exc
     finally:
         cluster.shutdown()
 
 
-def _look(args, backend, cluster, ioctx):
-    found = leftovers.uploads(cluster, ioctx)
+def _look(args, backend, pool, referenced):
+    found = leftovers.uploads(pool, args.presume_gone_after)
     result = {"backend": backend.name, "pool": backend.pool}
     now = time.time()
     if args.command == "status":
-        listed = [u for u in found if u.state in ("alive", "gone")]
-        result["uploads"] = [u.as_dict(now) for u in listed]
+        result["uploads"] = [u.as_dict(now) for u in found if u.state in STATUS_STATES]
         return result
     gone = [u for u in found if u.state == "gone"]
+    kept = [u for u in found if u.state in ("silent", "unreadable")]
     stale = [u for u in found if u.state in ("missing", "finished")]
     unmarked = []
     if args.include_unmarked:
-        if args.older_than is None:
-            raise Failure("--include-unmarked needs --older-than AGE", 2)
-        unmarked = leftovers.unmarked(cluster, ioctx, args.older_than,
-                                      skip={u.image for u in found})
+        names, why = referenced
+        result["database"] = "read" if names is not None else f"not read: {why}"
+        unmarked = leftovers.unmarked(pool, args.older_than, skip={u.image for u in found},
+                                      referenced=names)
     result["gone"] = [u.as_dict(now) for u in gone]
+    result["kept"] = [u.as_dict(now) for u in kept]
     result["unmarked"] = [u.as_dict(now) for u in unmarked]
     result["stale_marks"] = len(stale)
     if args.remove:
-        for listed, upload in zip(result["gone"] + result["unmarked"], gone + unmarked):
-            listed["outcome"] = leftovers.remove(cluster, ioctx, upload)
+        for listed, upload in zip(result["gone"], gone):
+            listed["outcome"] = leftovers.remove(pool, upload)
+        chosen = set(args.images)
+        for listed, upload in zip(result["unmarked"], unmarked):
+            if args.all_unmarked or upload.image in chosen:
+                listed["outcome"] = leftovers.remove(pool, upload)
+            else:
+                listed["outcome"] = "kept: not named on the command line"
         for upload in stale:
-            leftovers.remove(cluster, ioctx, upload)
+            leftovers.remove(pool, upload)
     return result
 
 
@@ -219,9 +310,8 @@ def _print(args, result):
         if not result["uploads"]:
             print(f"{where}: no upload in flight")
         for upload in result["uploads"]:
-            writer = "writer alive" if upload["state"] == "alive" else "writer GONE"
-            print(f"{where}/{upload['image']}  {writer}  pid {upload['pid']} on "
-                  f"{upload['host']}  age {_duration(upload['age_seconds'])}  "
+            print(f"{where}/{upload['image']}  {_STATE_WORDS[upload['state']]}  "
+                  f"{_writer(upload)}  age {duration(upload['age_seconds'])}  "
                   f"{_size(upload['bytes'])} stored  {_rate(upload)}  ({upload['reason']})")
         return
     verb = "removed" if args.remove else "would remove"
@@ -229,28 +319,31 @@ def _print(args, result):
         print(f"{where}: no partial image whose writer is gone")
     for upload in result["gone"]:
         print(f"{where}/{upload['image']}  {upload.get('outcome', verb)}: {upload['reason']}; "
-              f"pid {upload['pid']} on {upload['host']}, started "
-              f"{_duration(upload['age_seconds'])} ago, {_size(upload['bytes'])} stored")
+              f"{_writer(upload)}, started {duration(upload['age_seconds'])} ago, "
+              f"{_size(upload['bytes'])} stored")
+    for upload in result["kept"]:
+        print(f"{where}/{upload['image']}  kept: {upload['reason']}")
+    if "database" in result and result["database"] != "read":
+        print(f"{where}: glance's database was {result['database']}: the unmarked images below "
+              "may still be glance's")
     for upload in result["unmarked"]:
         print(f"{where}/{upload['image']}  {upload.get('outcome', verb)} (unmarked): "
-              f"{upload['reason']}; created {_duration(upload['age_seconds'])} ago")
+              f"{upload['reason']}; created {duration(upload['age_seconds'])} ago")
     if result["stale_marks"]:
         done = "dropped" if args.remove else "--remove drops them"
         print(f"{where}: {result['stale_marks']} stale marks of finished or removed images "
               f"({done})")
 
 
-def _duration(seconds):
-    if seconds is None:
-        return "?"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+_STATE_WORDS = {"alive": "writer alive", "gone": "writer GONE",
+                "silent": "writer SILENT", "unreadable": "mark UNREADABLE"}
+
+
+def _writer(upload):
+    if upload["pid"] is None:
+        return "writer unknown"
+    where = f" in {upload['cgroup']}" if upload.get("cgroup") else ""
+    return printable(f"pid {upload['pid']} on {upload['host']}{where}")
 
 
 def _size(value):

@@ -14,6 +14,7 @@ mid-stream (a client that disconnects): the reads in flight are drained and the 
 Every native call that waits goes through ``green.call``, so under eventlet the hub goes on.
 """
 
+import errno
 import logging
 
 from glance_store import exceptions
@@ -22,6 +23,7 @@ from glance_store.i18n import _
 from glance_rbd_native import compat, errors, green, progress, settings
 from glance_rbd_native._native import (
     ConnectError,
+    Fenced,
     NotFound,
     PermissionDenied,
     PoolNotFound,
@@ -101,6 +103,10 @@ def _chunks(open_reader, image):
         raise exceptions.NotFound(_('RBD image %s does not exist') % image) from exc
     except PermissionDenied as exc:
         raise errors.refused(exc) from exc
+    except Fenced as exc:
+        if exc.errno == errno.ENOENT:  # removed by another client while being read
+            raise exceptions.NotFound(_('RBD image %s does not exist') % image) from exc
+        raise errors.fenced(exc) from exc
 
 
 def _open_located(store, loc):

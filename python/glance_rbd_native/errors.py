@@ -6,10 +6,15 @@ from glance_store import exceptions
 from glance_store.i18n import _LE, _
 
 try:
-    from rbd import PermissionError as _StockPermissionError, Timeout as _StockTimeout
+    from rbd import (
+        ConnectionShutdown as _StockConnectionShutdown,
+        PermissionError as _StockPermissionError,
+        Timeout as _StockTimeout,
+    )
 except ImportError:  # no Ceph bindings: glance_store's rbd store cannot be configured either
     _StockPermissionError = PermissionError
     _StockTimeout = TimeoutError
+    _StockConnectionShutdown = ConnectionError
 
 LOG = logging.getLogger(__name__)
 
@@ -42,6 +47,12 @@ class NoAnswer(_WithNativeMessage, _StockTimeout):
     native message: the OSDs, or the caps (Ceph 20 leaves a user without osd caps unanswered)."""
 
 
+class FencedOff(_WithNativeMessage, _StockConnectionShutdown):
+    """librbd's ``rbd.ConnectionShutdown`` (ESHUTDOWN, Ceph's EBLOCKLISTED), for a transfer whose
+    client was fenced or whose image was removed by another process while it ran, carrying the
+    native message. Stock waits forever in that case."""
+
+
 def unreachable(store, exc):
     """The stock driver's exception for a cluster it cannot connect to (its get_connection),
     with librados' reason in it."""
@@ -70,6 +81,12 @@ def no_answer(exc):
     """Stock's type for an image's creation or open that timed out, with the native message."""
     LOG.error("%s", exc.strerror)
     return NoAnswer(exc.strerror, exc.errno)
+
+
+def fenced(exc):
+    """The transfer's client was fenced, or its image removed, while it ran: it ended at once."""
+    LOG.error("%s", exc.strerror)
+    return FencedOff(exc.strerror, exc.errno)
 
 
 def storage_full(image_name, exc):

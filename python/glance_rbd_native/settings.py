@@ -56,6 +56,17 @@ OPTS = [
              "moves again; 0 turns the warnings off. The environment variable "
              f"{STALL_THRESHOLD_ENV}, when set, overrides it.",
     ),
+    cfg.IntOpt(
+        "presume_gone_after",
+        default=3600,
+        min=60,
+        help="Seconds after which the writer of a partial image is presumed gone when it cannot "
+             "be seen from the host that looks (another host, another container's pid "
+             "namespace) and has had neither a watch on its image nor a refresh of its mark for "
+             "that long. It is then fenced (its client blocklisted) before the image is "
+             "removed, by `glance-rbd-native sweep --remove` or by an upload of the same image "
+             "id. A writer whose process can be seen is never presumed gone.",
+    ),
 ]
 
 OPTION = f"[{GROUP.name}] max_in_flight_mib"
@@ -116,6 +127,11 @@ def stall_threshold(conf=None):
     """Seconds without progress before a transfer's warning (0: none): the environment's
     setting, else ``stall_threshold`` of ``conf``."""
     return _seconds(conf, "stall_threshold", STALL_THRESHOLD_ENV)
+
+
+def presume_gone_after(conf=None):
+    """Seconds of silence after which an unseen writer is presumed gone (``leftovers``)."""
+    return _option(conf, "presume_gone_after")
 
 
 def _seconds(conf, name, env):

@@ -22,6 +22,7 @@ from glance_store.i18n import _LE, _
 from glance_rbd_native import compat, errors, green, leftovers, progress, settings
 from glance_rbd_native._native import (
     ConnectError,
+    Fenced,
     ImageExists,
     NoSpace,
     PermissionDenied,
@@ -73,13 +74,15 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
                     "bytes, got %(actual)d bytes") % {
                     'expected': image_size, 'actual': bytes_written})
         except BaseException:
-            green.call(writer.abort)  # removes what was written
+            _abort(writer, image_name)  # removes what was written
             raise
         green.call(writer.finish)  # drain, trim, snapshot; aborts itself on failure
     except NoSpace as exc:
         raise errors.storage_full(image_name, exc) from exc
     except PermissionDenied as exc:
         raise errors.refused(exc) from exc
+    except Fenced as exc:
+        raise errors.fenced(exc) from exc
     except Exception as exc:
         LOG.error(_LE("Failed to store image %(img_name)s "
                       "Store Exception %(store_exc)s"),
@@ -103,6 +106,17 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
         metadata['store'] = self.backend_group
     return (loc.get_uri(), bytes_written, digests['md5'],
             digests[algorithms[1]], metadata)
+
+
+def _abort(writer, image_name):
+    """Aborts ``writer`` after the failure being raised, which its own failure never replaces:
+    a size mismatch stays ``Invalid`` (400), whatever the removal met. A removal that failed is
+    retried in the background (logged there)."""
+    try:
+        green.call(writer.abort)
+    except Exception as exc:
+        LOG.warning("could not remove the partial image %s after the failure of its upload: "
+                    "%s", image_name, exc)
 
 
 def _open_writer(store, image_id, image_name, image_size, order, digests):
@@ -132,7 +146,8 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
         try:
             return create()
         except ImageExists:
-            if not _reclaim(conffile, user, timeout, store.pool, image_name):
+            if not _reclaim(conffile, user, timeout, store.pool, image_name,
+                            settings.presume_gone_after(store.conf)):
                 raise
         return create()  # may find it stored again by another upload meanwhile
     except ImageExists as exc:
@@ -150,11 +165,12 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
         raise errors.no_answer(exc) from exc
 
 
-def _reclaim(conffile, user, timeout, pool, image_name):
+def _reclaim(conffile, user, timeout, pool, image_name, presume_gone_after):
     """Removes the leftover ``image_name`` of a native upload whose writer is provably gone;
     True if it did. Whatever else is there stays, and ``add`` raises Duplicate as stock does."""
     try:
-        removed = green.call(leftovers.reclaim, conffile, user, timeout, pool, image_name)
+        removed = green.call(leftovers.reclaim, conffile, user, timeout, pool, image_name,
+                             presume_gone_after)
     except Exception as exc:
         LOG.warning("could not tell whether image %s in pool %s is left over from a process "
                     "killed mid-upload: %s", image_name, pool, exc)

@@ -1,0 +1,137 @@
+"""Images as the sweep sees and removes them: read without a watch, removed by their id.
+
+A writable open adds a watch on the image, and a watch makes a writer's own removal of its image
+fail with EBUSY; so the sweep opens images read-only, which adds none and takes no lock. (The
+crash of librbd 16.2.15 in docs/reliability.md is of read-only opens *at a snapshot*, in quick
+succession; these open the head, once per image looked at.)
+
+A name can be given to a new image at any moment (glance retries an upload under the same image
+id), so removal acts on the id that was judged: the image goes to the trash by name, and out of
+it by id only if the trash entry is that id; an entry of another id is restored under its name.
+librbd's own removal (by name) is used by nothing here.
+"""
+
+import dataclasses
+import struct
+from typing import Optional
+
+ID_PREFIX = "rbd_id."
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """What an image's header says of it, read at one moment."""
+
+    id: str
+    snapshots: tuple
+    # "pool/image@snapshot" of a clone's parent, None for an image that is not one.
+    parent: Optional[str]
+    created: Optional[float]
+    # [{"id": global id, "addr": address, "cookie": cookie}]
+    watchers: tuple
+
+
+def image_id(ioctx, name: str) -> Optional[str]:
+    """The id of image ``name``, None if there is no such image (of format 2), read from its
+    id object: no open."""
+    import rados
+
+    try:
+        data = ioctx.read(ID_PREFIX + name, 4096)
+    except rados.ObjectNotFound:
+        return None
+    return _string(data, 0)[0]
+
+
+def header(ioctx, name: str) -> Optional[Header]:
+    """The header of image ``name``, None if there is no such image."""
+    import rbd
+
+    try:
+        with rbd.Image(ioctx, name, read_only=True) as image:
+            try:
+                pool, parent_image, snap = image.parent_info()
+                parent = f"{pool}/{parent_image}@{snap}"
+            except rbd.ImageNotFound:
+                parent = None
+            try:
+                created = image.create_timestamp().timestamp()
+            except (rbd.Error, AttributeError):
+                created = None
+            return Header(image.id(), tuple(sorted(s["name"] for s in image.list_snaps())),
+                          parent, created, tuple(image.watchers_list()))
+    except rbd.ImageNotFound:
+        return None
+
+
+def _string(data: bytes, offset: int) -> tuple:
+    """A Ceph-encoded string at ``offset`` (u32 length, bytes), and the offset after it."""
+    (length,) = struct.unpack_from("<I", data, offset)
+    start = offset + 4
+    return data[start:start + length].decode("utf-8", "backslashreplace"), start + length
+
+
+def remove(ioctx, name: str, ident: str) -> str:
+    """Removes image ``name`` if its id is still ``ident``. Returns what was done: "removed",
+    "already removed", or why it was left."""
+    import rbd
+
+    current = header(ioctx, name)
+    if current is None:
+        return "already removed"
+    if current.id != ident:
+        return "left: the name is another image's now"
+    if current.watchers:
+        return f"left: a client watches it ({', '.join(w['addr'] for w in current.watchers)})"
+    if current.snapshots:
+        return "left: it has a snapshot now"
+    # librbd moves an image to the trash even if a client has it open (it asks the client for
+    # its exclusive lock, and gets it): hence the checks above, and the one after.
+    try:
+        rbd.RBD().trash_move(ioctx, name, 0)
+    except rbd.ImageNotFound:
+        return "already removed"
+    except rbd.ImageBusy:
+        # No watcher (checked above), yet its exclusive lock could not be taken: librbd breaks
+        # a dead owner's lock by blocklisting it, which the user's caps may refuse.
+        return ("left: librbd could not take its exclusive lock from its dead writer (breaking "
+                "it blocklists the writer: glance's cephx user needs the mon cap 'profile rbd')")
+    except rbd.Error as exc:
+        # Another sweep moving it at the same moment (ESTALE): gone from here either way.
+        if image_id(ioctx, name) != ident:
+            return "already removed"
+        return f"left: moving it to the trash failed: {exc}"
+    moved = _trash_entry(ioctx, ident)
+    if moved is None or moved["name"] != name:
+        # The name went to another image between the check and the move: put that one back.
+        for entry in rbd.RBD().trash_list(ioctx):
+            if entry["name"] == name and entry["id"] != ident:
+                rbd.RBD().trash_restore(ioctx, entry["id"], name)
+        return "left: the name is another image's now"
+    try:
+        rbd.RBD().trash_remove(ioctx, ident, True)
+    except rbd.ImageNotFound:
+        pass
+    except (rbd.ImageBusy, rbd.ImageHasSnapshots) as exc:
+        # A client that opened it, a snapshot made since it was judged: it goes back.
+        try:
+            rbd.RBD().trash_restore(ioctx, ident, name)
+        except rbd.Error as again:
+            return (f"left in the trash as id {ident} ({exc}; restoring it under its name "
+                    f"failed: {again}): `rbd trash restore --image-id {ident}` brings it back")
+        return f"left: {exc}"
+    except rbd.Error as exc:
+        if _trash_entry(ioctx, ident) is None:
+            return "already removed"  # by another sweep, at the same moment
+        return (f"left in the trash as id {ident}: removing it failed ({exc}); `rbd trash "
+                f"rm {ident}` removes it")
+    return "removed"
+
+
+def _trash_entry(ioctx, ident: str) -> Optional[dict]:
+    import rbd
+
+    try:
+        return rbd.RBD().trash_get(ioctx, ident)
+    except rbd.ImageNotFound:
+        return None
