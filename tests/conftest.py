@@ -74,6 +74,20 @@ def clean_pool(images):
 
 
 @pytest.fixture
+def conf_file(cluster, tmp_path):
+    """A glance-api.conf with one rbd store, [glance_store], as admin (for `glance-rbd-native`)."""
+    path = tmp_path / "glance-api.conf"
+    path.write_text(f"""[glance_store]
+stores = rbd
+default_store = rbd
+rbd_store_pool = {cluster.pool}
+rbd_store_user = admin
+rbd_store_ceph_conf = {cluster.conf_path}
+""")
+    return path
+
+
+@pytest.fixture
 def native():
     """The rbd driver patched for the duration of a test."""
     assert glance_rbd_native.patch()

@@ -7,13 +7,12 @@ import os
 
 import pytest
 import rbd
-from glance_store import exceptions, location
-from glance_store._drivers import rbd as rbd_driver
+from glance_store import exceptions
 
 import glance_rbd_native
 from tests import stock_versions
 from tests.harness.data import MiB, data_of, new_name
-from tests.harness.stores import SNAP, make_store
+from tests.harness.stores import SNAP, locate, make_store
 
 pytestmark = pytest.mark.cluster
 
@@ -36,12 +35,6 @@ def stored(images, data, name=None):
         images.write(name, data)
     images.snapshot(name)
     return name
-
-
-def locate(store, cluster, name, snapshot=SNAP, pool=None):
-    """The Location glance hands the driver for an image it stored there."""
-    uri = f"rbd://{cluster.fsid}/{pool or cluster.pool}/{name}/{snapshot}"
-    return location.Location("rbd", rbd_driver.StoreLocation, store.conf, uri=uri)
 
 
 def read_with(driver, cluster, name, snapshot=SNAP, **store_kwargs):

@@ -15,65 +15,22 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import pytest
 import rados
 import rbd
+from glance_store import exceptions
 
 import glance_rbd_native
 from glance_rbd_native import leftovers
 from glance_rbd_native._native import RbdWriter
 from tests.harness.data import MiB, data_of, expected_result, new_name
+from tests.harness.held_upload import CHECKOUT, Held
 from tests.harness.stores import SNAP, make_store
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
-
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-class Held:
-    """A held upload in a child process (tests/harness/held_upload.py)."""
-
-    def __init__(self, cluster, image, driver="native", conf=None, user="admin"):
-        self.image = image
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.harness.held_upload", "--conf",
-             str(conf or cluster.conf_path), "--pool", cluster.pool, "--image", image,
-             "--driver", driver, "--user", user],
-            cwd=CHECKOUT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        assert line.strip() == "held", f"the upload did not get to the middle: {line!r}"
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def kill(self):
-        self.proc.kill()
-        self.proc.wait(timeout=30)
-        self.proc.stdout.close()
-        self.proc.stdin.close()
-
-    def finish(self):
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-        out, _ = self.proc.communicate(timeout=60)
-        assert self.proc.returncode == 0 and out.strip() == "stored", out
-
-
-@pytest.fixture
-def conf_file(cluster, tmp_path):
-    """A glance-api.conf with one rbd store, [glance_store], as admin."""
-    path = tmp_path / "glance-api.conf"
-    path.write_text(f"""[glance_store]
-stores = rbd
-default_store = rbd
-rbd_store_pool = {cluster.pool}
-rbd_store_user = admin
-rbd_store_ceph_conf = {cluster.conf_path}
-""")
-    return path
-
 
 def cli(conf_file, *args, check=True):
     """`python -m glance_rbd_native --config-file CONF ARGS...`: (exit status, stdout, stderr)."""
@@ -94,16 +51,6 @@ def sweep(conf_file, *args):
     return json.loads(out)[0]
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout} s: {what}")
-
-
 # -- the mark --------------------------------------------------------------------------------
 
 def test_an_upload_is_marked_from_its_first_byte_until_its_snapshot(cluster, clean_pool):
@@ -112,9 +59,15 @@ def test_an_upload_is_marked_from_its_first_byte_until_its_snapshot(cluster, cle
     writer = RbdWriter(cluster.pool, name, 0, conffile=str(cluster.conf_path),
                        user="admin", snapshot=SNAP)
     mark = leftovers.marks(ioctx)[name]
-    assert mark["pid"] == os.getpid() and mark["bytes"] == 0 and mark["size"] == 0
-    assert abs(mark["started"] - time.time()) < 30
-    assert leftovers.inspect(client, ioctx, name, mark).state == "alive"
+    assert mark.get("pid") == os.getpid() and mark.get("bytes") == 0 and mark.get("size") == 0
+    assert abs(mark.get("started") - time.time()) < 30
+    # Who writes, to tell processes apart across containers, and what fencing would name.
+    assert mark.get("pid_ns") == os.stat("/proc/self/ns/pid").st_ino
+    assert mark.get("image_id") == rbd.Image(ioctx, name, read_only=True).id()
+    assert mark.get("client") == client.get_instance_id() or mark.get("client") > 0
+    assert mark.get("addr", "").endswith(tuple("0123456789")) and "/" in mark.get("addr")
+    pool = leftovers.Pool(client, ioctx)
+    assert leftovers.inspect(pool, name, mark, 3600).state == "alive"
     writer.write(data_of(MiB))
     writer.finish()
     assert name not in leftovers.marks(ioctx)
@@ -141,8 +94,8 @@ def test_the_mark_carries_the_bytes_stored(cluster, clean_pool):
         time.sleep(5.5)
         writer.write(data_of(MiB))
         mark = leftovers.marks(ioctx)[name]
-        assert 4 * MiB <= mark["bytes"] <= 5 * MiB
-        assert mark["updated"] > mark["started"] + 5
+        assert 4 * MiB <= mark.get("bytes") <= 5 * MiB
+        assert mark.get("updated") > mark.get("started") + 5
     finally:
         writer.abort()
 
@@ -185,25 +138,41 @@ def test_a_killed_upload_is_listed_swept_and_stored_again(cluster, clean_pool, c
     clean_pool.remove(name)
 
 
-def test_without_its_process_in_view_the_watch_decides(cluster, clean_pool, conf_file):
-    """A writer on another host: gone only once its watch has expired."""
+def test_without_its_process_in_view_the_watch_and_the_mark_decide(cluster, clean_pool,
+                                                                   conf_file):
+    """A writer on another host: alive while it watches; then kept until it has been silent
+    for `--presume-gone-after`; then fenced, and removed."""
     name = new_name("elsewhere")
     held = Held(cluster, name)
     held.kill()
     ioctx = clean_pool.ioctx
-    mark = leftovers.marks(ioctx)[name]
-    mark["host"] = "another-host"
-    with rados.WriteOpCtx() as op:
-        ioctx.set_omap(op, (name,), (json.dumps(mark).encode(),))
-        ioctx.operate_write_op(op, leftovers.INDEX)
+    fields = dict(leftovers.marks(ioctx)[name].fields, host="another-host")
+    write_mark(ioctx, name, json.dumps(fields))
     killed = time.monotonic()
     assert sweep(conf_file)["gone"] == [], "listed while its watch is still there"
     assert status(conf_file)[name]["state"] == "alive"
-    wait_for(lambda: sweep(conf_file)["gone"], 60, "the watch expired")
-    print(f"\nanother host's leftover: listed {time.monotonic() - killed:.1f} s after the kill")
-    removed = sweep(conf_file, "--remove")
-    assert [u["outcome"] for u in removed["gone"]] == ["removed"]
-    assert name not in clean_pool.names()
+    kept = wait_for(lambda: sweep(conf_file)["kept"], 60, "the watch expired")
+    assert kept[0]["state"] == "silent" and "presumed gone after 1h00m" in kept[0]["reason"]
+    assert "another host" in kept[0]["reason"]
+    print(f"\nanother host's leftover: silent {time.monotonic() - killed:.1f} s after the kill")
+    removed = sweep(conf_file, "--remove", "--presume-gone-after", "1")
+    assert [u["outcome"] for u in removed["gone"]] == ["fenced and removed"]
+    assert name not in clean_pool.names() and name not in leftovers.marks(ioctx)
+    assert fields["addr"] in blocklisted(cluster)
+
+
+def write_mark(ioctx, name, value):
+    """Sets the mark of `name` to `value` (str or bytes) in the pool's index."""
+    with rados.WriteOpCtx() as op:
+        ioctx.set_omap(op, (name,), (value.encode() if isinstance(value, str) else value,))
+        ioctx.operate_write_op(op, leftovers.INDEX)
+
+
+def blocklisted(cluster):
+    """The addresses the cluster's blocklist holds."""
+    # The monitor's answer is the list, then a line of how many it holds.
+    listing = json.JSONDecoder().raw_decode(cluster.mon("osd blocklist ls", format="json"))[0]
+    return {entry.get("addr") for entry in listing}
 
 
 def test_sweep_removes_only_the_leftover(cluster, clean_pool, conf_file):
@@ -219,7 +188,7 @@ def test_sweep_removes_only_the_leftover(cluster, clean_pool, conf_file):
     cluster.rbd("clone", f"{cluster.pool}/{parent}@{SNAP}", f"{cluster.pool}/{clone}")
     foreign = new_name("foreign")
     cluster.rbd("create", "--size", "4M", f"{cluster.pool}/{foreign}")
-    stock_left = new_name("stock")
+    stock_left = str(uuid.uuid4())  # named as glance names images
     Held(cluster, stock_left, driver="stock").kill()
     live = Held(cluster, new_name("live"))
     killed = new_name("killed")
@@ -242,10 +211,12 @@ def test_sweep_removes_only_the_leftover(cluster, clean_pool, conf_file):
         wait_for(lambda: stock_left in {u["image"] for u in sweep(
             conf_file, "--include-unmarked", "--older-than", "1")["unmarked"]},
             60, "stock's leftover without a watcher")
-        unmarked = {u["image"] for u in sweep(conf_file, "--include-unmarked", "--older-than",
-                                              "1")["unmarked"]}
-        assert stock_left in unmarked and foreign in unmarked
+        listing = sweep(conf_file, "--include-unmarked", "--older-than", "1")
+        unmarked = {u["image"] for u in listing["unmarked"]}
+        # Only names that are glance's image ids: not the image made by `rbd create`.
+        assert stock_left in unmarked and foreign not in unmarked
         assert not unmarked & {finished, parent, clone, live.image}
+        assert listing["database"] == "not read: the configuration has no [database] connection"
         live.finish()
         assert clean_pool.read(live.image) == data_of(16 * MiB, seed=len(live.image))
     finally:
@@ -280,6 +251,37 @@ def test_a_sweep_while_the_writer_finishes_leaves_it(cluster, clean_pool, conf_f
     clean_pool.remove(held.image)
 
 
+def test_an_invalid_upload_stays_invalid_while_sweeps_look(cluster, clean_pool, conf_file):
+    """`status` and `sweep` read images without a watch or a lock: an upload whose source ends
+    short of its declared size (the driver's `Invalid`, glance's 400) still removes its image
+    itself while they run, and its error stays `Invalid`, never a removal refused for their
+    watch."""
+    glance_rbd_native.patch()
+    stop = threading.Event()
+    looks = []
+
+    def looking():
+        while not stop.is_set():
+            looks.append(status(conf_file))
+            looks.append(sweep(conf_file, "--remove"))
+
+    looker = threading.Thread(target=looking)
+    looker.start()
+    try:
+        for attempt in range(6):
+            name = new_name(f"short-{attempt}")
+            data = data_of(24 * MiB, seed=attempt)
+            with pytest.raises(exceptions.Invalid, match="Size mismatch"):
+                make_store(cluster, chunk_mib=1).add(name, io.BytesIO(data), 32 * MiB,
+                                                     "sha512")
+            assert name not in clean_pool.names()
+    finally:
+        stop.set()
+        looker.join(120)
+    assert len(looks) >= 2, "no status or sweep ran beside the uploads"
+    assert all(look["gone"] == [] for look in looks[1::2])
+
+
 def test_two_sweeps_at_once_remove_the_leftover_once(cluster, clean_pool, conf_file):
     name = new_name("twice")
     Held(cluster, name).kill()
@@ -296,6 +298,66 @@ def test_two_sweeps_at_once_remove_the_leftover_once(cluster, clean_pool, conf_f
     assert name not in clean_pool.names()
     ioctx = clean_pool.ioctx
     assert name not in leftovers.marks(ioctx)
+
+
+def test_a_removal_judged_before_the_name_went_to_a_new_upload_leaves_the_new_one(
+        cluster, clean_pool):
+    """The sweep judges a killed upload gone; meanwhile the leftover goes (another sweep) and
+    glance's retry of the same image ID starts a new upload under the name. The first sweep's
+    removal then finds the mark changed, and leaves the new upload, which finishes."""
+    name = new_name("renamed")
+    Held(cluster, name).kill()
+    pool = leftovers.Pool(clean_pool.client, clean_pool.ioctx)
+    judged = leftovers.inspect(pool, name, leftovers.marks(pool.ioctx)[name], 3600)
+    other = leftovers.inspect(pool, name, leftovers.marks(pool.ioctx)[name], 3600)
+    assert judged.state == other.state == "gone"
+    assert leftovers.remove(pool, other) == "removed"
+    retried = Held(cluster, name)
+    assert leftovers.remove(pool, judged) == "left: its mark changed since it was judged"
+    retried.finish()
+    assert clean_pool.read(name) == data_of(16 * MiB, seed=len(name))
+    clean_pool.remove(name)
+
+
+def test_an_unmarked_image_judged_before_its_name_went_to_another_is_left(cluster, clean_pool):
+    """Without a mark, the image's id decides: judged, then replaced by another image of the
+    same name, it is not the one the removal acts on."""
+    name = str(uuid.uuid4())
+    clean_pool.create(name, 4 * MiB)
+    pool = leftovers.Pool(clean_pool.client, clean_pool.ioctx)
+    judged = leftovers.inspect(pool, name, None, 0)
+    assert judged.state == "unmarked"
+    clean_pool.remove(name)
+    clean_pool.create(name, 8 * MiB)
+    clean_pool.write(name, b"new")
+    assert leftovers.remove(pool, judged) == "left: the name is another image's now"
+    with rbd.Image(clean_pool.ioctx, name) as image:
+        assert image.size() == 8 * MiB and image.read(0, 3) == b"new"
+    clean_pool.remove(name)
+
+
+def test_the_janitor_leaves_a_new_image_that_took_the_name(cluster, clean_pool, caplog):
+    """An upload whose removal fails (another client watches the image) leaves it to the
+    janitor; meanwhile the name goes to a new image. The janitor acts on the old image's id:
+    the new image stays, and it says so."""
+    caplog.set_level(logging.INFO, logger="glance_rbd_native")
+    name = new_name("janitor")
+    writer = RbdWriter(cluster.pool, name, 0, conffile=str(cluster.conf_path), user="admin",
+                       snapshot=SNAP)
+    writer.write(data_of(MiB))
+    with rbd.Image(clean_pool.ioctx, name):  # a watch: the writer's removal is refused
+        with pytest.raises(glance_rbd_native.RbdError):
+            writer.abort()
+    clean_pool.remove(name)
+    clean_pool.create(name, 8 * MiB)
+    clean_pool.write(name, b"new")
+    said = "is already gone: the name is another image's now, left alone"
+    wait_for(lambda: (RbdWriter(cluster.pool, new_name(), conffile=str(cluster.conf_path),
+                                user="admin").abort() or said in caplog.text), 60,
+             "the janitor tried again", every=2)
+    with rbd.Image(clean_pool.ioctx, name) as image:
+        assert image.size() == 8 * MiB and image.read(0, 3) == b"new"
+    clean_pool.remove(name)
 
 
 # -- glance's documented user, and what the command refuses ---------------------------------
@@ -382,9 +444,174 @@ def remove_when_free(images, names, timeout=60):
         return not set(names) & images.names()
 
     wait_for(removed, timeout, f"{names} removed once free")
-    ioctx = images.ioctx
     for image in names:
-        leftovers.unmark(ioctx, image)
+        drop_mark(images.ioctx, image)
+
+
+def drop_mark(ioctx, name):
+    """Removes the mark of `name`, whatever it holds."""
+    with rados.WriteOpCtx() as op:
+        ioctx.remove_omap_keys(op, (name,))
+        with contextlib.suppress(rados.ObjectNotFound):
+            ioctx.operate_write_op(op, leftovers.INDEX)
+
+
+# -- writers in containers, frozen writers ----------------------------------------------------
+
+def in_namespace_of(pid, *argv):
+    """`argv` run inside the pid and mount namespaces of process `pid` (its /proc)."""
+    return ["nsenter", "--target", str(pid), "--pid", "--mount", *argv]
+
+
+def in_new_namespace(*argv):
+    """`argv` run in a pid namespace of its own, which sees no other container's processes."""
+    return ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *argv]
+
+
+def command(conf_file, *args, wrap=lambda *argv: list(argv)):
+    done = subprocess.run(wrap(sys.executable, "-m", "glance_rbd_native", *args,
+                               "--config-file", str(conf_file), "--format", "json"),
+                          capture_output=True, text=True, timeout=120, cwd=CHECKOUT)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)[0]
+
+
+def test_a_writer_in_a_pid_namespace_of_its_own_is_kept_and_finishes(cluster, clean_pool,
+                                                                     conf_file):
+    """As kolla runs glance-api: the host's network and hostname, its own pids (pid 1 there).
+    Judged from the host, from inside its namespace, and from another namespace: alive, kept,
+    and it finishes."""
+    held = Held(cluster, new_name("contained"), own_namespace=True)
+    name = held.image
+    mark = leftovers.marks(clean_pool.ioctx)[name]
+    assert mark.get("pid") == 1 and mark.get("pid_ns") != os.stat("/proc/self/ns/pid").st_ino
+    inside = lambda *argv: in_namespace_of(held.pid, *argv)  # noqa: E731
+    for where, wrap in (("the host", lambda *argv: list(argv)), ("its namespace", inside),
+                        ("another namespace", in_new_namespace)):
+        listed = {u["image"]: u for u in command(conf_file, "status", wrap=wrap)["uploads"]}
+        assert listed[name]["state"] == "alive", (where, listed[name])
+        removed = command(conf_file, "sweep", "--remove", wrap=wrap)
+        assert removed["gone"] == [], (where, removed)
+    reasons = {u["image"]: u["reason"] for u in command(conf_file, "status")["uploads"]}
+    assert f"pid {held.pid} here" in reasons[name]
+    held.finish()
+    assert clean_pool.read(name) == data_of(16 * MiB, seed=len(name))
+    clean_pool.remove(name)
+
+
+def test_a_frozen_writer_is_kept_and_finishes(cluster, clean_pool, conf_file):
+    """SIGSTOP past the watch timeout (as `docker pause`): its watch goes, its process stays;
+    `sweep --remove` keeps it, and it finishes after SIGCONT."""
+    held = Held(cluster, new_name("frozen"))
+    name = held.image
+    held.freeze()
+    try:
+        wait_for(lambda: not clean_pool.watchers(name), 90, "the frozen writer's watch "
+                 "expired")
+        listed = status(conf_file)[name]
+        assert listed["state"] == "alive" and "stopped" in listed["reason"], listed
+        assert "without a watch" in listed["reason"]
+        assert sweep(conf_file, "--remove", "--presume-gone-after", "1")["gone"] == []
+        assert name in clean_pool.names()
+    finally:
+        held.thaw()
+    held.finish()
+    assert clean_pool.read(name) == data_of(16 * MiB, seed=len(name))
+    clean_pool.remove(name)
+
+
+# -- what cannot be read, what is refused, how it is asked -----------------------------------
+
+MALFORMED = {
+    "not-json": b"{not json",
+    "not-an-object": b"[1, 2]",
+    "control": json.dumps({"host": "vm\x1b[2J\r\nFAKE", "boot_id": "b", "pid": 1,
+                           "process_start": 1, "started": 1.0, "updated": 1.0,
+                           "bytes": 0}).encode(),
+}
+
+
+def test_malformed_marks_are_listed_unreadable_and_never_printed_raw(cluster, clean_pool,
+                                                                     conf_file, caplog):
+    ioctx = clean_pool.ioctx
+    names = {kind: new_name(kind) for kind in MALFORMED}
+    for kind, value in MALFORMED.items():
+        write_mark(ioctx, names[kind], value)
+    # A key that is not UTF-8: only the C API (here the `rados` program) writes one.
+    bad_key = b"\xff\xfe" + new_name("key").encode()
+    subprocess.run([b"rados", b"-c", str(cluster.conf_path).encode(), b"-p",
+                    cluster.pool.encode(), b"setomapval", leftovers.INDEX.encode(), bad_key,
+                    b"{}"], check=True, capture_output=True, timeout=60)
+    control_key = new_name("key\x1b[2J")
+    write_mark(ioctx, control_key, b"{}")
+    try:
+        for args, said in ((("status",), "mark UNREADABLE"),
+                           (("sweep", "--remove"), "kept: an unreadable mark")):
+            done = subprocess.run([sys.executable, "-m", "glance_rbd_native", *args,
+                                   "--config-file", str(conf_file)],
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            assert "\x1b" not in done.stdout and "\r" not in done.stdout, done.stdout
+            for name in names.values():
+                assert f"/{name}  {said}" in done.stdout, done.stdout
+            assert "(a key that is not UTF-8, after " in done.stdout
+            assert "key\\x1b[2J" in done.stdout
+        listed = status(conf_file)
+        for kind, name in names.items():
+            assert listed[name]["state"] == "unreadable", (kind, listed[name])
+        marks = leftovers.marks(ioctx)
+        assert all(name in marks for name in names.values()), "an unreadable mark was dropped"
+    finally:
+        for name in [*names.values(), control_key]:
+            drop_mark(ioctx, name)
+        subprocess.run([b"rados", b"-c", str(cluster.conf_path).encode(), b"-p",
+                        cluster.pool.encode(), b"rmomapkey", leftovers.INDEX.encode(), bad_key],
+                       check=True, capture_output=True, timeout=60)
+
+
+def test_a_refused_fence_keeps_that_image_and_names_the_cap(cluster, clean_pool, tmp_path):
+    """With the legacy `mon 'allow r'`, fencing is refused: that image is kept, the output
+    names the cap, and the other images are still handled."""
+    conf = cluster.user("legacy", mon="allow r", osd=f"allow rwx pool={cluster.pool}")
+    glance_conf = tmp_path / "glance-api.conf"
+    glance_conf.write_text(f"""[glance_store]
+stores = rbd
+default_store = rbd
+rbd_store_pool = {cluster.pool}
+rbd_store_user = legacy
+rbd_store_ceph_conf = {conf}
+""")
+    elsewhere, here = new_name("elsewhere"), new_name("here")
+    Held(cluster, elsewhere).kill()
+    Held(cluster, here).kill()
+    ioctx = clean_pool.ioctx
+    fields = dict(leftovers.marks(ioctx)[elsewhere].fields, host="another-host")
+    write_mark(ioctx, elsewhere, json.dumps(fields))
+    wait_for(lambda: not clean_pool.watchers(elsewhere), 60, "the killed writer's watch expired")
+    result = sweep(glance_conf, "--remove", "--presume-gone-after", "1")
+    outcomes = {u["image"]: u["outcome"] for u in result["gone"]}
+    # Each image is handled, and each says the cap it misses: fencing the writer presumed gone,
+    # and breaking the exclusive lock of the dead one (librbd blocklists its owner).
+    assert outcomes[elsewhere].startswith("left: fencing its writer's client") and \
+        "profile rbd" in outcomes[elsewhere], outcomes
+    assert outcomes[here].startswith("left: librbd could not take its exclusive lock") and \
+        "profile rbd" in outcomes[here], outcomes
+    assert {elsewhere, here} <= clean_pool.names()
+    remove_when_free(clean_pool, (elsewhere, here))
+
+
+def test_options_go_before_or_after_the_command(conf_file):
+    for argv in (["--config-file", str(conf_file), "status"],
+                 ["status", "--config-file", str(conf_file)],
+                 ["sweep", "--config-file", str(conf_file), "--backend", "glance_store"],
+                 ["--backend", "glance_store", "sweep", "--config-file", str(conf_file)]):
+        done = subprocess.run([sys.executable, "-m", "glance_rbd_native", *argv],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (argv, done.stderr)
+    done = subprocess.run([sys.executable, "-m", "glance_rbd_native", "sweep", "IMAGE",
+                           "--config-file", str(conf_file)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "--include-unmarked --remove" in done.stderr
 
 
 def test_the_command_is_installed_with_the_package():

@@ -17,6 +17,7 @@ import pytest
 
 from glance_rbd_native import leftovers
 from tests.harness.data import MiB, data_of
+from tests.harness.glance_api import held_body, writer_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -42,27 +43,6 @@ def command(api, *args):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)[0]
-
-
-def writer_of(ioctx, image_id, timeout=60):
-    """The pid of the worker writing `image_id`, from its mark, as soon as it is there."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        mark = leftovers.marks(ioctx).get(image_id)
-        if mark:
-            return mark["pid"]
-        time.sleep(0.05)
-    raise AssertionError(f"no upload of {image_id} in flight after {timeout} s")
-
-
-def held_body(data, release):
-    """The request body: the first half, then nothing until `release` is set."""
-    half = len(data) // 2
-    for pos in range(0, half, MiB):
-        yield data[pos:pos + MiB]
-    release.wait(120)
-    for pos in range(half, len(data), MiB):
-        yield data[pos:pos + MiB]
 
 
 def kill_and_sweep(api, ioctx, image_id):

@@ -31,8 +31,8 @@ _MGR_DISABLED = ("alerts diskprediction_local influx insights iostat localpool m
 _DEBUG = ("asok auth bdev bluefs bluestore mgr mgrc mon monc ms objecter osd paxos rados rbd "
           "rocksdb").split()
 _ADMIN_CAPS = {"mon": "allow *", "osd": "allow *", "mgr": "allow *", "mds": "allow *"}
-# The osd tells the mon it is going down, so the mon goes last.
-_STOP_ORDER = ("mgr.x", "osd.0", "mon.a")
+# The osds tell the mon they are going down, so the mon goes last.
+_STOP_RANK = {"mgr": 0, "osd": 1, "mon": 2}
 
 
 class CephError(RuntimeError):
@@ -76,12 +76,15 @@ class Cluster:
     watched: ClassVar[set[Cluster]] = set()
 
     def __init__(self, root: pathlib.Path, *, objectstore="bluestore", osd_size_gib=8,
-                 with_mgr=False, port=None, pool="images", inside=None):
+                 with_mgr=False, port=None, pool="images", inside=None, osds=1):
         if objectstore not in ("bluestore", "memstore"):
             raise ValueError(f"unsupported objectstore {objectstore!r}")
         self.root = pathlib.Path(root).resolve()
         self.objectstore = objectstore
         self.osd_size_gib = osd_size_gib
+        # One osd, pools of one replica; more: pools of that many, min_size one less, and
+        # failure detection fast enough for the tests that kill one.
+        self.osds = osds
         self.with_mgr = with_mgr
         self.port = port
         self.pool = pool
@@ -108,7 +111,7 @@ class Cluster:
             raise ValueError(f"{self.root} is too long for the unix sockets put under it "
                              "(max 107 bytes)")
         t0 = time.monotonic()
-        for d in ("log", "run", "crash", "mon/a", "osd/0", "mgr/x"):
+        for d in ("log", "run", "crash", "mon/a", "mgr/x", *self._osd_dirs()):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         if self.inside is not None:
             self.inside.bind(self.root)
@@ -124,43 +127,53 @@ class Cluster:
         Cluster.watched.add(self)
         return self
 
+    def _osd_dirs(self) -> list[str]:
+        return [f"osd/{i}" for i in range(self.osds)]
+
     def _boot(self) -> None:
-        r, osd_uuid, osd_key = self.root, str(uuid.uuid4()), self.new_key()
-        self._write_files(osd_key)
+        r = self.root
+        osds = [(i, str(uuid.uuid4()), self.new_key()) for i in range(self.osds)]
+        self._write_files([key for _, _, key in osds])
         self._tool("monmaptool", "--create", "--fsid", self.fsid, "--addv", "a",
                    f"[v2:127.0.0.1:{self.port}/0]",
                    r / "monmap")
         self._tool("ceph-mon", "--mkfs", "-i", "a", "--monmap", r / "monmap", "--keyring",
                    r / "mon.keyring")
         # bluestore mkfs takes seconds and needs no mon, so overlap it with the mon boot.
-        mkfs = subprocess.Popen(self._argv(["ceph-osd", "-c", str(self.conf_path), "-i", "0",
-                                            "--mkfs", "--no-mon-config", "--osd-uuid", osd_uuid]),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        mkfs = [subprocess.Popen(self._argv(["ceph-osd", "-c", str(self.conf_path), "-i", str(i),
+                                             "--mkfs", "--no-mon-config", "--osd-uuid", fsid]),
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                for i, fsid, _ in osds]
+        outputs = []
         try:
             self._spawn("mon.a")
-            secrets = r / "osd/0/secrets.json"
-            secrets.write_text(json.dumps({"cephx_secret": osd_key}))
-            self.ceph("osd", "new", osd_uuid, "0", "-i", secrets)
-            secrets.unlink()
+            for i, fsid, key in osds:
+                secrets = r / f"osd/{i}/secrets.json"
+                secrets.write_text(json.dumps({"cephx_secret": key}))
+                self.ceph("osd", "new", fsid, str(i), "-i", secrets)
+                secrets.unlink()
             self.ceph("osd", "pool", "create", self.pool, "8", "8")
-            out, _ = mkfs.communicate(timeout=120)
+            outputs = [proc.communicate(timeout=120)[0] for proc in mkfs]
         finally:
-            if mkfs.poll() is None:
-                mkfs.kill()
-                mkfs.wait()
-        if mkfs.returncode:
-            raise CephError(f"ceph-osd --mkfs failed ({mkfs.returncode}): "
-                            f"{out.decode(errors='replace')}")
-        self._spawn("osd.0")
+            for proc in mkfs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        for proc, out in zip(mkfs, outputs, strict=True):
+            if proc.returncode:
+                raise CephError(f"ceph-osd --mkfs failed ({proc.returncode}): "
+                                f"{out.decode(errors='replace')}")
+        for i in range(self.osds):
+            self._spawn(f"osd.{i}")
         if self.with_mgr:
             self._spawn("mgr.x")
-        self._wait("osd.0 up", self._osd_up, 120)
+        self._wait("the osds up", self._osd_up, 120)
         self.rbd("pool", "init", self.pool, timeout=120)
         self._probe()
         if self.with_mgr:
             self._wait("mgr available", self._mgr_available, 120)
 
-    def _write_files(self, osd_key: str) -> None:
+    def _write_files(self, osd_keys: list[str]) -> None:
         r = self.root
         admin, mgr, mon = self.new_key(), self.new_key(), self.new_key()
         mgr_caps = {"mon": "allow profile mgr", "osd": "allow *", "mds": "allow *"}
@@ -171,8 +184,9 @@ class Cluster:
                                        + _keyring("client.admin", admin, **_ADMIN_CAPS)
                                        + _keyring("mgr.x", mgr, **mgr_caps))
         (r / "mgr/x/keyring").write_text(_keyring("mgr.x", mgr))
-        # The osd needs its own keyring file: with the global one, mkfs/boot clobber the admin key.
-        (r / "osd/0/keyring").write_text(_keyring("osd.0", osd_key))
+        # An osd needs its own keyring file: with the global one, mkfs/boot clobber the admin key.
+        for i, key in enumerate(osd_keys):
+            (r / f"osd/{i}/keyring").write_text(_keyring(f"osd.{i}", key))
         size = self.osd_size_gib << 30
         debug = "".join(f"debug {d} = 0/0\n" for d in _DEBUG)
         self.conf_path.write_text(f"""\
@@ -193,8 +207,8 @@ run dir = {r}/run
 pid file = {r}/run/$name.pid
 admin socket = {r}/run/$name.asok
 crash dir = {r}/crash
-osd pool default size = 1
-osd pool default min size = 1
+osd pool default size = {self.osds}
+osd pool default min size = {max(1, self.osds - 1)}
 osd pool default pg autoscale mode = off
 osd crush chooseleaf type = 0
 mon allow pool size one = true
@@ -214,7 +228,7 @@ mgr stats period = 1
 mon mgr digest period = 1
 mon tick interval = 1
 mgr initial modules =
-{debug}
+{self._failure_detection()}{debug}
 [mon]
 mon data = {r}/mon/$id
 
@@ -244,11 +258,19 @@ mgr disabled modules = {_MGR_DISABLED}
 admin socket = {r}/run/$name.$pid.asok
 """)
 
+    def _failure_detection(self) -> str:
+        if self.osds == 1:
+            return ""
+        # All osds share this host: peers report a dead one per osd, not per host, and say
+        # so within seconds rather than the 20 s of the default grace.
+        return ("mon osd reporter subtree level = osd\nmon osd min down reporters = 1\n"
+                "osd heartbeat interval = 1\nosd heartbeat grace = 4\n")
+
     def stop(self) -> None:
         Cluster.watched.discard(self)
         for name, pid in self._strays().items():
             self._procs.setdefault(name, pid)
-        for name in sorted(self._procs, key=_STOP_ORDER.index):
+        for name in sorted(self._procs, key=lambda name: _STOP_RANK[name.split(".")[0]]):
             self._kill(name)
 
     def __enter__(self) -> Cluster:
@@ -263,7 +285,8 @@ admin socket = {r}/run/$name.$pid.asok
         process's Ceph tools."""
         state = json.loads((pathlib.Path(root) / "cluster.json").read_text())
         c = cls(root, objectstore=state["objectstore"], osd_size_gib=state["osd_size_gib"],
-                with_mgr=state["with_mgr"], port=state["port"], pool=state["pool"])
+                with_mgr=state["with_mgr"], port=state["port"], pool=state["pool"],
+                osds=state.get("osds", 1))
         c.fsid = state["fsid"]
         c.store_user = state.get("store_user", "admin")
         c.store_conf = pathlib.Path(state.get("store_conf", c.conf_path))
@@ -288,8 +311,11 @@ admin socket = {r}/run/$name.$pid.asok
         return c
 
     def running(self) -> bool:
-        """Whether the mon and the osd are up, as far as their processes go."""
-        return all(self._alive(name) for name in ("mon.a", "osd.0"))
+        """Whether the mon and the osds are up, as far as their processes go."""
+        return all(self._alive(name) for name in ("mon.a", *self._osd_names()))
+
+    def _osd_names(self) -> list[str]:
+        return [f"osd.{i}" for i in range(self.osds)]
 
     def dead(self) -> list[str]:
         """The daemons that should run and do not (those stopped on purpose aside)."""
@@ -345,11 +371,28 @@ admin socket = {r}/run/$name.$pid.asok
         # Normally the osd marks itself down on SIGTERM; after a SIGKILL nobody else would.
         self.ceph("osd", "down", "0")
 
-    def start_osd(self) -> None:
-        if not self._alive("osd.0"):
-            self._spawn("osd.0")
-        self._wait("osd.0 up", self._osd_up, 120)
+    def start_osd(self, *osds: int) -> None:
+        """Starts those of `osds` (osd.0 if none) that are not running, then waits for all the
+        cluster's osds to be up."""
+        for osd in osds or (0,):
+            if not self._alive(f"osd.{osd}"):
+                self._spawn(f"osd.{osd}")
+        self._wait("the osds up", self._osd_up, 120)
         self._probe()
+
+    def kill_osd(self, osd: int) -> None:
+        """SIGKILL to one osd, as a crash or the OOM killer: nobody tells the mon, its peers
+        find out. The watchdog knows it was on purpose."""
+        name = f"osd.{osd}"
+        pid = self.pid(name)
+        self._stopping.add(name)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while self._alive(name) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        del self._procs[name]
+        self._stopping.discard(name)
+        self._save()
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -544,7 +587,7 @@ admin socket = {r}/run/$name.$pid.asok
                 if entry.name.isdigit() and argv[0].startswith(b"ceph-") and \
                         self._is_ours(int(entry.name)):
                     name = f"{argv[0][5:].decode()}.{argv[argv.index(b'-i') + 1].decode()}"
-                    if name in _STOP_ORDER:
+                    if name.split(".")[0] in _STOP_RANK:
                         found[name] = int(entry.name)
         return found
 
@@ -598,7 +641,7 @@ admin socket = {r}/run/$name.$pid.asok
 
     def _osd_up(self) -> bool:
         osds = json.loads(self.ceph("osd", "dump", "--format", "json", timeout=10))["osds"]
-        return any(o["osd"] == 0 and o["up"] for o in osds)
+        return sum(1 for o in osds if o["up"]) == self.osds
 
     def _mgr_available(self) -> bool:
         return json.loads(self.mon("mgr stat", format="json"))["available"]
@@ -614,6 +657,7 @@ admin socket = {r}/run/$name.$pid.asok
         state = {"fsid": self.fsid, "conf": str(self.conf_path), "pool": self.pool,
                  "port": self.port,
                  "objectstore": self.objectstore, "osd_size_gib": self.osd_size_gib,
+                 "osds": self.osds,
                  "with_mgr": self.with_mgr, "pids": pids, "store_user": self.store_user,
                  "store_conf": str(self.store_conf), "user_cipher": self.user_cipher}
         tmp = self.root / "cluster.json.tmp"

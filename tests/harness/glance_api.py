@@ -22,10 +22,14 @@ import sys
 import time
 
 from tests.harness.cluster import free_port
+from tests.harness.data import MiB
 
 BIN = pathlib.Path(sys.executable).parent  # this virtualenv's glance, glance-manage, uwsgi
 # The import root (the checkout), on the server's path: it loads tests.harness.* by name.
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
+# As kolla runs glance-api: the host's network and hostname, its own pids and /proc. The
+# server's master is pid 1 there; it dies with the unshare process the harness holds.
+OWN_PID_NAMESPACE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
 BACKEND = "ceph1"  # the default store of the multi-store configuration
 SECOND_BACKEND = "ceph2"  # its second rbd store, on pool SECOND_POOL, for copy-image
 SECOND_POOL = "images2"
@@ -55,13 +59,18 @@ class GlanceApi:
         loads the app, forks `processes` workers and runs each on eventlet's hub.
     bin_dir: the bin directory of the virtualenv whose glance serves (default: this one's).
     uwsgi_options: more `key = value` lines for the uWSGI ini.
+    pid_namespace: run the server in a pid namespace of its own, as kolla's container does
+        (the host's network and hostname, its own pids and /proc).
+    image_size_cap: glance's `image_size_cap` (bytes): a larger upload fails with 413 in the
+        middle, from glance's reader inside the store's loop.
     """
 
     def __init__(self, root: pathlib.Path, ceph_conf: pathlib.Path, database: str, *, native: bool,
                  multistore=False, pool="images", timeout: int | None = None, lazy=True,
                  preconnect=False, processes=2, threads=2, import_port: int | None = None,
                  server="uwsgi", bin_dir: pathlib.Path = BIN,
-                 max_in_flight_mib: int | None = None, user="admin", uwsgi_options=()):
+                 max_in_flight_mib: int | None = None, user="admin", uwsgi_options=(),
+                 pid_namespace=False, image_size_cap: int | None = None):
         if server not in ("uwsgi", "eventlet"):
             raise ValueError(f"unknown server {server!r}")
         self.root = pathlib.Path(root).resolve()
@@ -82,6 +91,8 @@ class GlanceApi:
         self.server = server
         self.bin_dir = pathlib.Path(bin_dir)
         self.uwsgi_options = tuple(uwsgi_options)
+        self.pid_namespace = pid_namespace
+        self.image_size_cap = image_size_cap
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.root / "glance-api.log"
@@ -108,6 +119,8 @@ class GlanceApi:
             if self.native:
                 env["GLANCE_RBD_NATIVE"] = "1"
             cmd = [self.bin_dir / "glance-api", "--config-file", conf]
+        if self.pid_namespace:
+            cmd = [*OWN_PID_NAMESPACE, *cmd]
         atexit.register(self.stop)  # don't leak the server if the caller dies first
         with open(self.root / "server.log", "ab") as out:
             # Its own session: the test's Ctrl-C does not reach it, and stop() kills the group.
@@ -255,6 +268,7 @@ bind_port = {self.port}
 workers = {self.processes}
 node_staging_uri = file://{r}/staging
 enabled_import_methods = [glance-direct, web-download, copy-image]
+{f"image_size_cap = {self.image_size_cap}" if self.image_size_cap else ""}
 {stores}
 {imports}
 {native}
@@ -341,3 +355,27 @@ config_file = {r}/etc/glance-api-paste.ini
         status, out = self.request("DELETE", f"/v2/images/{image_id}")
         if status not in (204, 404):
             raise GlanceApiError(f"DELETE image {image_id}: {status} {out[:500]!r}")
+
+
+def held_body(data, release):
+    """A request body: the first half of `data`, then nothing until `release` is set."""
+    half = len(data) // 2
+    for pos in range(0, half, MiB):
+        yield data[pos:pos + MiB]
+    release.wait(120)
+    for pos in range(half, len(data), MiB):
+        yield data[pos:pos + MiB]
+
+
+def writer_of(ioctx, image_id, timeout=60):
+    """The pid of the worker writing `image_id`, from its mark (the pid in its own namespace),
+    as soon as it is there."""
+    from glance_rbd_native import leftovers
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        mark = leftovers.marks(ioctx).get(image_id)
+        if mark:
+            return mark.get("pid")
+        time.sleep(0.05)
+    raise AssertionError(f"no upload of {image_id} in flight after {timeout} s")

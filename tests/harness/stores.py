@@ -4,7 +4,7 @@ independently of the code under test: shared by the tests, the demo and the benc
 import glance_store
 import rados
 import rbd
-from glance_store import multi_backend
+from glance_store import location, multi_backend
 from glance_store._drivers import rbd as rbd_driver
 from oslo_config import cfg
 
@@ -48,6 +48,12 @@ def make_store(cluster, *, chunk_mib=8, thin=False, backend=None, timeout=-1, po
     return store
 
 
+def locate(store, cluster, name, snapshot=SNAP, pool=None):
+    """The Location glance hands the driver for an image it stored there."""
+    uri = f"rbd://{cluster.fsid}/{pool or cluster.pool}/{name}/{snapshot}"
+    return location.Location("rbd", rbd_driver.StoreLocation, store.conf, uri=uri)
+
+
 class Images:
     """Direct access to the pool through Debian's rados/rbd modules, independent of the code
     under test."""
@@ -85,11 +91,26 @@ class Images:
             snaps = {s["name"]: image.is_protected_snap(s["name"]) for s in image.list_snaps()}
             return {"size": image.size(), "snaps": snaps}
 
+    def watchers(self, name):
+        """The watchers of image `name`, but this access's own (a plain open adds one)."""
+        me = self._client.get_instance_id()
+        with rbd.Image(self._ioctx, name) as image:
+            return [w for w in image.watchers_list() if w["id"] != me]
+
     def data_objects(self, name):
         """How many RADOS data objects back the image: all-zero ranges written thin make none."""
         with rbd.Image(self._ioctx, name) as image:
             prefix = image.stat()["block_name_prefix"]
         return sum(1 for obj in self._ioctx.list_objects() if obj.key.startswith(prefix + "."))
+
+    def store(self, name, data):
+        """Image `name` holding `data` with glance's protected snapshot, written independently
+        of both drivers."""
+        self.create(name, len(data))
+        if data:
+            self.write(name, data)
+        self.snapshot(name)
+        return name
 
     def create(self, name, size):
         rbd.RBD().create(self._ioctx, name, size, old_format=False)
