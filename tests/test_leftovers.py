@@ -300,6 +300,42 @@ def test_two_sweeps_at_once_remove_the_leftover_once(cluster, clean_pool, conf_f
     assert name not in leftovers.marks(ioctx)
 
 
+@pytest.mark.parametrize("held", [1, 10], ids=["moved-meanwhile", "held-open"])
+def test_a_removal_beside_another_client_waits_for_its_watch(cluster, clean_pool, held):
+    """Another sweep moving the same leftover to the trash opens it for a moment, which adds a
+    watch: the removal waits for that watch to go (images.SETTLE), and then finds the image
+    removed. A client that keeps the image open is another client: the image is left. (An
+    unmarked leftover, so that no dead writer's watch is in the way.)"""
+    name = str(uuid.uuid4())
+    clean_pool.create(name, 4 * MiB)
+    pool = leftovers.Pool(clean_pool.client, clean_pool.ioctx)
+    judged = leftovers.inspect(pool, name, None, 0)
+    assert judged.state == "unmarked"
+    opened = threading.Event()
+
+    def other_client():
+        with rbd.Image(clean_pool.ioctx, name):
+            opened.set()
+            time.sleep(held)
+        if held < leftovers.images.SETTLE:
+            rbd.RBD().remove(clean_pool.ioctx, name)
+
+    other = threading.Thread(target=other_client)
+    other.start()
+    try:
+        assert opened.wait(30)
+        outcome = leftovers.remove(pool, judged)
+    finally:
+        other.join(60)
+    if held < leftovers.images.SETTLE:
+        assert outcome == "already removed"
+        assert name not in clean_pool.names()
+    else:
+        assert outcome.startswith("left: another client watches it now ("), outcome
+        assert name in clean_pool.names()
+        clean_pool.remove(name)
+
+
 def test_a_removal_judged_before_the_name_went_to_a_new_upload_leaves_the_new_one(
         cluster, clean_pool):
     """The sweep judges a killed upload gone; meanwhile the leftover goes (another sweep) and

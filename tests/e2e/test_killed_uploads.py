@@ -47,10 +47,14 @@ def command(api, *args):
 
 def kill_and_sweep(api, ioctx, image_id):
     """Kills the worker writing `image_id` once `status` shows it alive; returns the seconds
-    from the kill to `sweep` listing it."""
+    from the kill to `sweep` listing it. The worker is stopped (SIGSTOP) as soon as its mark
+    is there, so that an import, whose data is already staged, cannot end before `status`
+    looks: a stopped process is alive."""
     pid = writer_of(ioctx, image_id)
+    os.kill(pid, signal.SIGSTOP)
     alive = {u["image"]: u for u in command(api, "status")["uploads"]}
     assert alive[image_id]["state"] == "alive" and alive[image_id]["pid"] == pid
+    assert "stopped" in alive[image_id]["reason"], alive[image_id]
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     while True:

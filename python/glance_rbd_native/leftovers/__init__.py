@@ -255,8 +255,13 @@ def remove(pool: Pool, upload: Upload) -> str:
     # The writer's own watch, when its mark names its client: any other is another client's
     # (a mark of an older release names none, and then no watch is known to be the writer's).
     client = upload.mark.get("client") if upload.mark else None
+    current = images.settled(pool.ioctx, upload.image, header.id, client)
+    if current is None:  # by another sweep, while this one looked
+        if upload.mark is not None:
+            index.remove(pool.ioctx, upload.mark)
+        return "already removed"
     own, others = [], []
-    for watcher in _watchers(pool, upload.image):
+    for watcher in current.watchers:
         (own if client is not None and watcher.get("id") == client else others).append(watcher)
     if others:
         return f"left: another client watches it now ({', '.join(w['addr'] for w in others)})"

@@ -13,9 +13,13 @@ librbd's own removal (by name) is used by nothing here.
 
 import dataclasses
 import struct
+import time
 from typing import Optional
 
 ID_PREFIX = "rbd_id."
+# How long a watcher that is not the writer's may take to go before it counts: another sweep's
+# move of the same image to the trash opens it for a moment.
+SETTLE = 3.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +68,21 @@ def header(ioctx, name: str) -> Optional[Header]:
         return None
 
 
+def settled(ioctx, name: str, ident: str, writer: Optional[int] = None) -> Optional[Header]:
+    """The header of image ``name`` once no client but ``writer`` (a global id) watches it, or
+    as it is after ``SETTLE`` seconds; None once the name is no longer image ``ident`` (removed
+    meanwhile, by another sweep)."""
+    deadline = time.monotonic() + SETTLE
+    while True:
+        current = header(ioctx, name)
+        if current is None or current.id != ident:
+            return None
+        if (all(w.get("id") == writer for w in current.watchers)
+                or time.monotonic() > deadline):
+            return current
+        time.sleep(0.2)
+
+
 def _string(data: bytes, offset: int) -> tuple:
     """A Ceph-encoded string at ``offset`` (u32 length, bytes), and the offset after it."""
     (length,) = struct.unpack_from("<I", data, offset)
@@ -76,11 +95,11 @@ def remove(ioctx, name: str, ident: str) -> str:
     "already removed", or why it was left."""
     import rbd
 
-    current = header(ioctx, name)
+    if image_id(ioctx, name) not in (ident, None):
+        return "left: the name is another image's now"
+    current = settled(ioctx, name, ident)
     if current is None:
         return "already removed"
-    if current.id != ident:
-        return "left: the name is another image's now"
     if current.watchers:
         return f"left: a client watches it ({', '.join(w['addr'] for w in current.watchers)})"
     if current.snapshots:
