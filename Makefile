@@ -96,9 +96,9 @@ test-fast: dev test-rust ## The quick loop: cargo tests, then pytest on the debu
 	$(WITH_CLUSTER) $(PY) -m pytest -q -m "$(FAST_MARKERS)"
 
 test-rust: deps ## cargo test, and the program the valgrind test drives
-	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo test --quiet
+	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo test --workspace --quiet
 	# The valgrind test in pytest drives this program against the throwaway cluster.
-	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo build --quiet --example lifecycle
+	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo build --quiet -p glance-rbd-core --example lifecycle
 
 # Two pytest processes at once (tests/harness/lanes.py): the project on this host, and against
 # the other releases (glance_store's, Debian's); the second boots a cluster of its own.
@@ -129,8 +129,8 @@ lint: check-py39 dev lint-checks ## rustfmt, clippy, ruff, Python 3.9 compatibil
 
 # make lint's checks, on whichever build is installed (make test: the release one).
 lint-checks: deps
-	cargo fmt --check
-	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo clippy --all-targets -- -D warnings
+	cargo fmt --all --check
+	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python/ tests/ benchmarks/ packaging/
 	$(PY) -m mypy.stubtest --allowlist .stubtest-allowlist glance_rbd_native._native
 

@@ -30,7 +30,7 @@ from tests.harness.debian_root import CACHE, TRIXIE_CROSS, DebianRoot  # noqa: E
 
 TARGET = "aarch64-unknown-linux-gnu"
 # What the wheel is made of: a change to any of it builds anew.
-SOURCES = ("Cargo.toml", "Cargo.lock", "pyproject.toml", "README.md", "src", "python")
+SOURCES = ("Cargo.toml", "Cargo.lock", "pyproject.toml", "README.md", "core", "src", "python")
 CARGO_HOME = pathlib.Path(os.environ.get("CARGO_HOME", pathlib.Path.home() / ".cargo"))
 ENV = {
     f"CARGO_TARGET_{TARGET.upper().replace('-', '_')}_LINKER": "aarch64-linux-gnu-gcc",

@@ -11,23 +11,18 @@ import subprocess
 import sys
 import tarfile
 import textwrap
-import tomllib
 import zipfile
 
 import pytest
 
 import glance_rbd_native
+from tests.harness.venvs import cargo_version
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAME = "glance_rbd_native"
 # What must never ship: build outputs, the tests' and tools' caches, a developer's built module.
 UNWANTED = {"target", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache",
             ".venv", ".venv-matrix", ".cluster", ".bench", ".git"}
-
-
-def cargo_version():
-    with open(ROOT / "Cargo.toml", "rb") as stream:
-        return tomllib.load(stream)["package"]["version"]
 
 
 def metadata_of(text):

@@ -7,7 +7,6 @@ loads the host's)."""
 import re
 import subprocess
 import sys
-import tomllib
 import zipfile
 
 import pytest
@@ -50,7 +49,7 @@ def extension(platform, tmp_path_factory):
 
 
 def test_one_abi3_wheel_for_python_3_9_on(platform):
-    version = tomllib.loads((venvs.ROOT / "Cargo.toml").read_text())["package"]["version"]
+    version = venvs.cargo_version()
     wheel_path = venvs.wheel(platform)
     assert wheel_path.name == f"glance_rbd_native-{version}-cp39-abi3-linux_{platform}.whl"
     with zipfile.ZipFile(wheel_path) as wheel:

@@ -5,7 +5,6 @@ nothing of it behind. The root is left without the package, as it was found."""
 import pathlib
 import re
 import subprocess
-import tomllib
 import zipfile
 
 import pytest
@@ -36,11 +35,6 @@ print(rbd.Store.get_size.__module__, native.is_patched() if native else "not-loa
 """
 
 
-def cargo_version():
-    with open(ROOT / "Cargo.toml", "rb") as stream:
-        return tomllib.load(stream)["package"]["version"]
-
-
 def host_arch():
     return subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True,
                           text=True).stdout.strip()
@@ -63,7 +57,7 @@ def field(deb, name):
 
 
 def test_name_and_control(deb):
-    version = cargo_version()
+    version = venvs.cargo_version()
     assert deb.name == f"{PACKAGE}_{version}_{host_arch()}.deb"
     assert field(deb, "Package") == PACKAGE
     assert field(deb, "Version") == version
@@ -101,7 +95,7 @@ def test_files(deb):
     """The wheel's files in dist-packages, the switch among them, but for RECORD and the
     licence (dpkg keeps the list, the copyright file carries the licence); the command in
     /usr/bin; copyright and changelog; no bytecode, which is made at install; all root's."""
-    version = cargo_version()
+    version = venvs.cargo_version()
     dist_info = f"glance_rbd_native-{version}.dist-info"
     with zipfile.ZipFile(venvs.wheel()) as wheel:
         from_wheel = {f"{SITE}/{name}" for name in wheel.namelist()
@@ -168,7 +162,7 @@ def test_apt_installs_it(installed, root, deb):
     assert "0 upgraded, 1 newly installed, 0 to remove" in output
     assert "Need to get 0 B/" in output
     assert "Setting up glance-rbd-native" in output
-    assert root.installed() == cargo_version()
+    assert root.installed() == venvs.cargo_version()
     listed = set(root.run("dpkg", "-L", PACKAGE).stdout.split())
     assert listed == {"/.", *contents(deb)} - {"/"}
     package = root.file(f"{SITE}/glance_rbd_native")
@@ -183,7 +177,7 @@ def test_python3_imports_it_from_dist_packages(installed, root):
              "print(*[e.name for e in metadata.entry_points(group='oslo.config.opts')])\n")
     lines = run_python(root, probe, switch=False).stdout.splitlines()
     assert lines[0].split() == [f"{SITE}/glance_rbd_native/__init__.py",
-                                f"{SITE}/glance_rbd_native/_native.abi3.so", cargo_version()]
+                                f"{SITE}/glance_rbd_native/_native.abi3.so", venvs.cargo_version()]
     assert "glance_rbd_native" in lines[1].split()
 
 

@@ -13,6 +13,14 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def cargo_version() -> str:
+    """The version, as Cargo.toml writes it once for both crates (``[workspace.package]``)."""
+    import tomllib
+
+    with open(ROOT / "Cargo.toml", "rb") as stream:
+        return tomllib.load(stream)["workspace"]["package"]["version"]
 VENVS = ROOT / ".venv-matrix"
 SYSTEM_PYTHON = "/usr/bin/python3"
 # Every release that operators run, each proved against its own stock driver; see the README.

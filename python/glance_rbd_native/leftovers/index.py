@@ -1,5 +1,5 @@
 """The index of the uploads in flight: one omap entry per image in the pool's object ``INDEX``,
-written by the native writer (``src/transfer/mark.rs``), keyed by image name.
+written by the native writer (``core/src/transfer/mark.rs``), keyed by image name.
 
 A mark says who writes: host, boot id, pid, process start, pid namespace and cgroup (which
 container), the librados client (its global id and address), the image's id, when it started,
