@@ -129,6 +129,12 @@ def pytest_collection_modifyitems(items):
     the roots missing in the background meanwhile (tests/harness/debian_root.py), the emulated
     one the slowest, so that on a fresh machine the other layers run while they build. A test
     of that layer may wait for its root in its set-up: it gets a longer limit."""
+    # make test-unit selects by marker: a test that uses the cluster must say so.
+    unmarked = [item.nodeid for item in items if "cluster" in getattr(item, "fixturenames", ())
+                and not item.get_closest_marker("cluster")]
+    if unmarked:
+        raise pytest.UsageError(f"tests that use the cluster, not marked `cluster`: {unmarked}")
+
     def emulated(item) -> bool:
         release = getattr(getattr(item, "module", None), "RELEASE", None)
         return release is not None and emulation.foreign(release.arch)
