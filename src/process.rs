@@ -7,19 +7,14 @@ use std::collections::HashMap;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::exceptions::to_python;
-use glance_rbd_core::error::Error;
+use crate::exceptions::OrRaise;
 use glance_rbd_core::transfer::progress;
-use glance_rbd_core::transfer::shares::PROCESS;
+use glance_rbd_core::transfer::shares::{PROCESS, check_bound};
 
 /// Sets the bytes all uploads and downloads of the process may hold at once, shared evenly.
 #[pyfunction]
 pub(crate) fn set_max_in_flight(bytes: usize) -> PyResult<()> {
-    if bytes == 0 {
-        return Err(to_python(Error::Usage(
-            "max_in_flight must be at least 1 byte".into(),
-        )));
-    }
+    check_bound(bytes).or_raise()?;
     PROCESS.set_bound(bytes);
     Ok(())
 }

@@ -10,11 +10,12 @@ use std::sync::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyType};
 
-use crate::exceptions::to_python;
+use crate::exceptions::{OrRaise, to_python};
 use crate::{detach, process};
 use glance_rbd_core::error::Error;
 use glance_rbd_core::rbd::cluster::{Cluster, ConnectOptions};
 use glance_rbd_core::sync;
+use glance_rbd_core::transfer::check_arguments;
 use glance_rbd_core::transfer::download::{Destination, Download, DownloadOptions};
 
 /// glance_store's rbd chunk size, the stock driver's READ_CHUNKSIZE.
@@ -76,9 +77,14 @@ unsafe impl Destination for NewBytes {
 #[pyclass(frozen, module = "glance_rbd_native._native")]
 pub(crate) struct RbdReader {
     download: Mutex<Option<Download<NewBytes>>>,
+    /// The size of the image (or of its snapshot), read when it was opened.
+    #[pyo3(get)]
     size: u64,
+    #[pyo3(get)]
     pool: String,
+    #[pyo3(get)]
     image: String,
+    #[pyo3(get)]
     snapshot: Option<String>,
 }
 
@@ -101,16 +107,7 @@ impl RbdReader {
         chunk_size: usize,
         max_in_flight: Option<usize>,
     ) -> PyResult<Self> {
-        if image.is_empty() {
-            return Err(to_python(Error::Usage(
-                "image name must not be empty".into(),
-            )));
-        }
-        if max_in_flight == Some(0) {
-            return Err(to_python(Error::Usage(
-                "max_in_flight must be at least 1 byte".into(),
-            )));
-        }
+        check_arguments(&image, max_in_flight).or_raise()?;
         let connect = ConnectOptions::new(conffile, user, connect_timeout);
         let options = DownloadOptions {
             pool: pool.clone(),
@@ -190,27 +187,6 @@ impl RbdReader {
     ) -> bool {
         self.close(py);
         false
-    }
-
-    /// The size of the image (or of its snapshot), read when it was opened.
-    #[getter]
-    fn size(&self) -> u64 {
-        self.size
-    }
-
-    #[getter]
-    fn pool(&self) -> &str {
-        &self.pool
-    }
-
-    #[getter]
-    fn image(&self) -> &str {
-        &self.image
-    }
-
-    #[getter]
-    fn snapshot(&self) -> Option<&str> {
-        self.snapshot.as_deref()
     }
 
     /// Bytes handed out so far.

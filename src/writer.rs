@@ -12,17 +12,22 @@ use crate::{buffer, detach, logbridge, process};
 use glance_rbd_core::error::{Error, Result};
 use glance_rbd_core::rbd::cluster::{Cluster, ConnectOptions};
 use glance_rbd_core::sync;
-use glance_rbd_core::transfer::digest;
 use glance_rbd_core::transfer::upload::{Summary, Upload, UploadOptions};
+use glance_rbd_core::transfer::{check_arguments, digest};
 
 /// Streams one image into an RBD pool with asynchronous writes, bounded in flight by its share
 /// of the process bound (`set_max_in_flight`), and by `max_in_flight` if given.
 #[pyclass(frozen, module = "glance_rbd_native._native")]
 pub(crate) struct RbdWriter {
     upload: Mutex<Upload>,
+    #[pyo3(get)]
     fsid: String,
+    #[pyo3(get)]
     pool: String,
+    #[pyo3(get)]
     image: String,
+    /// The size declared at creation; 0 when unknown.
+    #[pyo3(get)]
     size: u64,
 }
 
@@ -50,16 +55,7 @@ impl RbdWriter {
         digests: Vec<String>,
     ) -> PyResult<Self> {
         logbridge::flush();
-        if image.is_empty() {
-            return Err(to_python(Error::Usage(
-                "image name must not be empty".into(),
-            )));
-        }
-        if max_in_flight == Some(0) {
-            return Err(to_python(Error::Usage(
-                "max_in_flight must be at least 1 byte".into(),
-            )));
-        }
+        check_arguments(&image, max_in_flight).or_raise()?;
         let connect = ConnectOptions::new(conffile, user, connect_timeout);
         let options = UploadOptions {
             pool: pool.clone(),
@@ -128,27 +124,6 @@ impl RbdWriter {
             self.finish(py)?;
         }
         Ok(false)
-    }
-
-    #[getter]
-    fn fsid(&self) -> &str {
-        &self.fsid
-    }
-
-    #[getter]
-    fn pool(&self) -> &str {
-        &self.pool
-    }
-
-    #[getter]
-    fn image(&self) -> &str {
-        &self.image
-    }
-
-    /// The size declared at creation; 0 when unknown.
-    #[getter]
-    fn size(&self) -> u64 {
-        self.size
     }
 
     #[getter]

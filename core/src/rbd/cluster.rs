@@ -256,10 +256,27 @@ impl Cluster {
         }
     }
 
+    /// Runs `first`, the first operation of a transfer (the creation or the open of its image).
+    /// A connection fenced while idle in the cache is replaced, and `first` runs again on the
+    /// new one; a refusal drops the connection from the cache.
+    pub(crate) fn start_transfer<T>(
+        self: &Arc<Self>,
+        first: impl Fn(&Arc<Cluster>) -> Result<T>,
+    ) -> Result<T> {
+        match first(self) {
+            Err(err) if err.errno() == Some(libc::ESHUTDOWN) => {
+                log::info!("{}: connecting again", self.entity());
+                let again = self.replace_fenced()?;
+                first(&again).inspect_err(|err| again.forget_if_refused_at_start(err))
+            }
+            other => other.inspect_err(|err| self.forget_if_refused_at_start(err)),
+        }
+    }
+
     /// As `forget_if_refused`, for the first operation of a transfer (the creation or the open
     /// of its image), where a timeout may be a refusal too: a Ceph 20 cluster leaves the
     /// operations of a user with no osd cap at all unanswered.
-    pub(crate) fn forget_if_refused_at_start(self: &Arc<Self>, err: &Error) {
+    fn forget_if_refused_at_start(self: &Arc<Self>, err: &Error) {
         match err.errno() {
             Some(libc::EPERM | libc::EACCES) => self.forget("it was refused"),
             Some(libc::ETIMEDOUT) => self.forget("the cluster did not answer"),

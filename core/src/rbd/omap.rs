@@ -2,7 +2,7 @@
 //! only if the key still holds what the caller last wrote (so a process never overwrites or
 //! removes an entry that another one has written since).
 
-use std::ffi::CStr;
+use std::os::raw::c_char;
 use std::ptr;
 
 use ceph::rados;
@@ -17,20 +17,15 @@ const EQUAL: u8 = 1;
 /// `expect`, only if the key holds exactly that (else ECANCELED, and nothing is written). A
 /// failure is reported as `op` on `target`, what the key stands for.
 pub(crate) fn set(
-    ioctx: &IoCtx,
-    object: &str,
-    key: &str,
+    entry: Entry<'_>,
     value: &str,
     expect: Option<&str>,
     op: Op,
     target: &Target,
 ) -> Result<()> {
-    let (object_c, key_c) = (cstring(object)?, cstring(key)?);
-    let keys = [key_c.as_ptr()];
     let values = [value.as_ptr().cast()];
     let lens = [value.len()];
-    operate(ioctx, &object_c, op, target, |write| {
-        compare(write, &key_c, expect);
+    operate(entry, expect, op, target, |write, keys| {
         // SAFETY: the op is live; keys, values and lens hold one entry each, alive until the op
         // has run.
         unsafe {
@@ -42,17 +37,12 @@ pub(crate) fn set(
 /// Removes `key` from the omap of `object`; with `expect`, only if it holds exactly that
 /// (else ECANCELED). A key or an object that is not there is fine without `expect`.
 pub(crate) fn remove(
-    ioctx: &IoCtx,
-    object: &str,
-    key: &str,
+    entry: Entry<'_>,
     expect: Option<&str>,
     op: Op,
     target: &Target,
 ) -> Result<()> {
-    let (object_c, key_c) = (cstring(object)?, cstring(key)?);
-    let keys = [key_c.as_ptr()];
-    let removed = operate(ioctx, &object_c, op, target, |write| {
-        compare(write, &key_c, expect);
+    let removed = operate(entry, expect, op, target, |write, keys| {
         // SAFETY: the op is live; keys holds one NUL-terminated key, alive until the op has run.
         unsafe { rados::rados_write_op_omap_rm_keys(write, keys.as_ptr(), 1) }
     });
@@ -65,12 +55,36 @@ pub(crate) fn remove(
     }
 }
 
-/// Makes the op conditional on `key` holding `expect`, if given: a key that differs or is
+/// One key of one object's omap, in the pool of `ioctx`.
+#[derive(Clone, Copy)]
+pub(crate) struct Entry<'a> {
+    pub(crate) ioctx: &'a IoCtx,
+    pub(crate) object: &'a str,
+    pub(crate) key: &'a str,
+}
+
+/// Runs one write op on `entry`'s object, made by `build` (given the op and the key, as an
+/// array of one), conditional on the key holding `expect` if given: a key that differs or is
 /// missing fails the whole op with ECANCELED.
-fn compare(write: rados::rados_write_op_t, key: &CStr, expect: Option<&str>) {
+fn operate(
+    entry: Entry<'_>,
+    expect: Option<&str>,
+    op: Op,
+    target: &Target,
+    build: impl FnOnce(rados::rados_write_op_t, &[*const c_char; 1]),
+) -> Result<()> {
+    let (object, key) = (cstring(entry.object)?, cstring(entry.key)?);
+    let keys = [key.as_ptr()];
+    // SAFETY: a fresh write op, released below once it has run.
+    let write = unsafe { rados::rados_create_write_op() };
+    if write.is_null() {
+        return Err(Error::Internal(
+            "librados could not allocate a write operation".into(),
+        ));
+    }
     if let Some(expect) = expect {
-        // SAFETY: the op is live; key and expect outlive the op's run (the callers hold them);
-        // no per-op return value is asked for.
+        // SAFETY: the op is live; key and expect outlive the op's run; no per-op return value
+        // is asked for.
         unsafe {
             rados::rados_write_op_omap_cmp(
                 write,
@@ -82,26 +96,16 @@ fn compare(write: rados::rados_write_op_t, key: &CStr, expect: Option<&str>) {
             );
         }
     }
-}
-
-fn operate(
-    ioctx: &IoCtx,
-    object: &CStr,
-    op: Op,
-    target: &Target,
-    build: impl FnOnce(rados::rados_write_op_t),
-) -> Result<()> {
-    // SAFETY: a fresh write op, released below once it has run.
-    let write = unsafe { rados::rados_create_write_op() };
-    if write.is_null() {
-        return Err(Error::Internal(
-            "librados could not allocate a write operation".into(),
-        ));
-    }
-    build(write);
+    build(write, &keys);
     // SAFETY: the op and the ioctx are live; the name is NUL-terminated; no mtime, no flags.
     let ret = unsafe {
-        rados::rados_write_op_operate(write, ioctx.handle(), object.as_ptr(), ptr::null_mut(), 0)
+        rados::rados_write_op_operate(
+            write,
+            entry.ioctx.handle(),
+            object.as_ptr(),
+            ptr::null_mut(),
+            0,
+        )
     };
     // SAFETY: the op has run and is not used again.
     unsafe { rados::rados_release_write_op(write) };

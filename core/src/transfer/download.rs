@@ -69,16 +69,7 @@ pub struct Download<D: Destination> {
 impl<D: Destination> Download<D> {
     /// Opens the image, at the snapshot if one is named; nothing is read yet.
     pub fn open(cluster: &Arc<Cluster>, options: &DownloadOptions) -> Result<Self> {
-        match Self::open_image(cluster, options) {
-            // Fenced while idle in the cache: the download goes through a new connection.
-            Err(err) if err.errno() == Some(libc::ESHUTDOWN) => {
-                log::info!("{}: connecting again", cluster.entity());
-                let again = cluster.replace_fenced()?;
-                Self::open_image(&again, options)
-                    .inspect_err(|err| again.forget_if_refused_at_start(err))
-            }
-            other => other.inspect_err(|err| cluster.forget_if_refused_at_start(err)),
-        }
+        cluster.start_transfer(|cluster| Self::open_image(cluster, options))
     }
 
     fn open_image(cluster: &Arc<Cluster>, options: &DownloadOptions) -> Result<Self> {
@@ -226,25 +217,25 @@ impl<D: Destination> Download<D> {
         {
             image.cluster().forget_fenced();
         }
+        self.stop();
+        fence::abandon(pending, image, "the reads in flight");
+        why
+    }
+
+    /// Reads no more: gives the share back and ends the progress.
+    fn stop(&mut self) {
         self.share.sub(self.in_flight + self.reserved);
         self.share.leave();
         self.progress.end();
         self.in_flight = 0;
         self.reserved = 0;
         self.next = self.size;
-        fence::abandon(pending, image, "the reads in flight");
-        why
     }
 
     /// Waits for the reads still in flight and gives their destinations back, unread: for a
     /// consumer that stops early. The image closes when the Download is dropped.
     pub fn drain(&mut self) -> Vec<D> {
-        self.share.sub(self.in_flight + self.reserved);
-        self.share.leave();
-        self.progress.end();
-        self.in_flight = 0;
-        self.reserved = 0;
-        self.next = self.size;
+        self.stop();
         self.queue
             .drain(..)
             .map(|pending| {

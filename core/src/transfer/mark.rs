@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Op};
 use crate::rbd::cluster::IoCtx;
-use crate::rbd::omap;
+use crate::rbd::omap::{self, Entry};
 
 /// The index object, one per pool. Its format is read by python/glance_rbd_native/leftovers.
 pub(crate) const INDEX: &str = "glance_rbd_native.uploads";
@@ -97,9 +97,11 @@ impl Mark {
         };
         let target = ioctx.target(&self.image);
         match omap::remove(
-            ioctx,
-            INDEX,
-            &self.image,
+            Entry {
+                ioctx,
+                object: INDEX,
+                key: &self.image,
+            },
             Some(&written),
             Op::Unmark,
             &target,
@@ -119,9 +121,11 @@ impl Mark {
         let target = self.ioctx.target(&self.image);
         let expect = self.written.clone();
         let set = omap::set(
-            &self.ioctx,
-            INDEX,
-            &self.image,
+            Entry {
+                ioctx: &self.ioctx,
+                object: INDEX,
+                key: &self.image,
+            },
             &value,
             expect.as_deref(),
             Op::Mark,

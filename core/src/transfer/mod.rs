@@ -13,3 +13,14 @@ pub mod progress;
 pub mod shares;
 pub mod upload;
 pub mod zeros;
+
+use crate::error::{Error, Result};
+
+/// What an upload or a download refuses before it connects: no image name, or a bound of its
+/// own that holds no byte.
+pub fn check_arguments(image: &str, max_in_flight: Option<usize>) -> Result<()> {
+    if image.is_empty() {
+        return Err(Error::Usage("image name must not be empty".into()));
+    }
+    max_in_flight.map_or(Ok(()), shares::check_bound)
+}

@@ -15,6 +15,7 @@
 //! system (`release_memory_if_idle`): the chunks of a burst are freed on many threads, into
 //! many arenas, and glibc would otherwise keep much of it.
 
+use crate::error::{Error, Result};
 use crate::sync;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -25,6 +26,14 @@ pub const DEFAULT_BOUND: usize = 64 << 20;
 
 /// The bound of this process, shared by every transfer in it.
 pub static PROCESS: Process = Process::new(DEFAULT_BOUND);
+
+/// A bound of `bytes` (the process's, or a transfer's own), refused when it holds nothing.
+pub fn check_bound(bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Err(Error::Usage("max_in_flight must be at least 1 byte".into()));
+    }
+    Ok(())
+}
 
 /// A bound and the transfers sharing it.
 pub struct Process {

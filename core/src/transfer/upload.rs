@@ -92,16 +92,7 @@ pub struct Upload {
 impl Upload {
     /// Creates and opens the image. An image that already exists is left untouched.
     pub fn start(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {
-        match Self::create(cluster, options.clone()) {
-            // Fenced while idle in the cache: the upload goes through a new connection.
-            Err(err) if err.errno() == Some(libc::ESHUTDOWN) => {
-                log::info!("{}: connecting again", cluster.entity());
-                let again = cluster.replace_fenced()?;
-                Self::create(&again, options)
-                    .inspect_err(|err| again.forget_if_refused_at_start(err))
-            }
-            other => other.inspect_err(|err| cluster.forget_if_refused_at_start(err)),
-        }
+        cluster.start_transfer(|cluster| Self::create(cluster, options.clone()))
     }
 
     fn create(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {
