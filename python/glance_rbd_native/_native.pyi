@@ -1,7 +1,7 @@
 """Type stub of the native module built from src/ (PyO3)."""
 
 from types import TracebackType
-from typing import Dict, List, Optional, Sequence, Type, Union, final
+from typing import Dict, List, Literal, Optional, Sequence, Type, TypedDict, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -11,6 +11,10 @@ ZERO_BLOCK: int
 
 class RbdError(OSError):
     """A librbd or librados call failed; `errno` holds the code Ceph returned."""
+
+    # Always set: the native layer raises each as (errno, message).
+    errno: int
+    strerror: str
 
 class NoSpace(RbdError):
     """The pool or cluster has no room left (ENOSPC or EDQUOT)."""
@@ -149,6 +153,19 @@ class RbdReader:
     def closed(self) -> bool:
         """True once every chunk has been handed out, or after close()."""
 
+class _Transfer(TypedDict):
+    """A transfer running, as `transfers()` lists it."""
+
+    id: int
+    kind: Literal["upload", "download"]
+    pool: str
+    image: str
+    size: int
+    bytes: int
+    elapsed: float
+    progressed: float
+    waiting: Literal["source", "consumer", "cluster", "share"]
+
 def native_digests() -> List[str]:
     """The hashlib algorithm names `RbdWriter(digests=...)` can compute natively."""
 
@@ -161,7 +178,7 @@ def set_max_in_flight(bytes: int) -> None:
 def in_flight() -> Dict[str, int]:
     """{"bound": bytes, "transfers": running, "held": bytes in flight or being hashed}."""
 
-def transfers() -> List[Dict[str, Union[int, float, str]]]:
+def transfers() -> List[_Transfer]:
     """The uploads and downloads running in this process, oldest first, each a dict: "id",
     "kind" ("upload" or "download"), "pool", "image", "size" (0: unknown), "bytes" (accepted by
     write() or handed out), "elapsed" and "progressed" (seconds from its start to now and to its

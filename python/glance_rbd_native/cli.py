@@ -19,24 +19,50 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Optional, TypedDict, cast
 
 from glance_rbd_native import compat, leftovers, settings
 from glance_rbd_native.leftovers import duration, printable
 
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # What status lists, and what sweep lists as kept.
 STATUS_STATES = ("alive", "silent", "gone", "unreadable")
+# The image names glance's database references, or None and why it could not be read.
+Referenced = tuple[Optional[set[str]], Optional[str]]
+
+
+class _Result(TypedDict):
+    backend: str
+    pool: str
+
+
+class Result(_Result, total=False):
+    """What the command found in one backend, as it prints it in JSON."""
+
+    # status
+    uploads: list[leftovers.UploadDict]
+    # sweep
+    gone: list[leftovers.UploadDict]
+    kept: list[leftovers.UploadDict]
+    unmarked: list[leftovers.UploadDict]
+    stale_marks: int
+    # sweep --include-unmarked: "read", or why not
+    database: str
 
 
 class Failure(Exception):
     """A message for the operator, and the exit status that goes with it."""
 
-    def __init__(self, message, status=1):
+    def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
         self.status = status
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parse(argv)
     # glance_store's deprecation notices and its drivers that cannot load (cinder without
     # os-brick) are for glance-api's log, not for this command's output.
@@ -60,7 +86,7 @@ def main(argv=None):
     return 0
 
 
-def _parse(argv):
+def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     args = _parser().parse_args(argv)
     # Given after the command: added to those given before it.
     args.config_file = args.config_file + args.config_file_after
@@ -68,7 +94,7 @@ def _parse(argv):
     return args
 
 
-def _parser():
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="glance-rbd-native",
         description="Uploads in flight in glance's rbd backends, and the partial images whose "
@@ -110,7 +136,7 @@ def _parser():
     return parser
 
 
-def _configuration(parser, suffix):
+def _configuration(parser: argparse.ArgumentParser, suffix: str) -> None:
     """--config-file and --backend, accepted before and after the command."""
     parser.add_argument("--config-file", action="append", default=[], metavar="PATH",
                         dest="config_file" + suffix,
@@ -120,7 +146,7 @@ def _configuration(parser, suffix):
                         help="only this backend of enabled_backends (default: every rbd one)")
 
 
-def _check(args):
+def _check(args: argparse.Namespace) -> None:
     if args.command != "sweep":
         return
     if args.include_unmarked and args.older_than is None:
@@ -131,7 +157,7 @@ def _check(args):
         raise Failure("name the unmarked images to remove, or give --all-unmarked: not both", 2)
 
 
-def _age(text):
+def _age(text: str) -> int:
     match = re.fullmatch(r"(\d+)([smhd]?)", text.strip())
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r} is not an age such as 3600, 30m, 12h or 2d")
@@ -141,7 +167,7 @@ def _age(text):
 class Backend:
     """One rbd backend of glance's configuration, as its Store reads it."""
 
-    def __init__(self, name, store):
+    def __init__(self, name: str, store: compat.RbdStore) -> None:
         self.name = name
         self.pool = store.pool
         self.conffile = store.conf_file or None
@@ -149,7 +175,9 @@ class Backend:
         self.timeout = compat.connect_timeout(store)
 
 
-def _backends(config_files, only):
+def _backends(
+    config_files: list[str], only: Optional[str]
+) -> tuple["cfg.ConfigOpts", list[Backend]]:
     from glance_store import exceptions
     from glance_store._drivers import rbd
     from oslo_config import cfg
@@ -191,12 +219,12 @@ def _backends(config_files, only):
     return conf, backends
 
 
-def _single_store_types(conf):
+def _single_store_types(conf: "cfg.ConfigOpts") -> set[str]:
     options = conf.glance_store
     return set(options.stores or ()) | {options.default_store}
 
 
-def _referenced(conf):
+def _referenced(conf: "cfg.ConfigOpts") -> Referenced:
     """(names, None) of the images glance's database references: the ids of its images not
     deleted, and the image names of their locations; or (None, why) where it cannot be read."""
     url = conf.database.connection
@@ -228,7 +256,7 @@ def _referenced(conf):
     return names, None
 
 
-def _run(args, backend, referenced):
+def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Referenced]) -> Result:
     import rados
     import rbd
 
@@ -270,9 +298,10 @@ def _run(args, backend, referenced):
         cluster.shutdown()
 
 
-def _look(args, backend, pool, referenced):
+def _look(args: argparse.Namespace, backend: Backend, pool: leftovers.Pool,
+          referenced: Optional[Referenced]) -> Result:
     found = leftovers.uploads(pool, args.presume_gone_after)
-    result = {"backend": backend.name, "pool": backend.pool}
+    result: Result = {"backend": backend.name, "pool": backend.pool}
     now = time.time()
     if args.command == "status":
         result["uploads"] = [u.as_dict(now) for u in found if u.state in STATUS_STATES]
@@ -280,9 +309,9 @@ def _look(args, backend, pool, referenced):
     gone = [u for u in found if u.state == "gone"]
     kept = [u for u in found if u.state in ("silent", "unreadable")]
     stale = [u for u in found if u.state in ("missing", "finished")]
-    unmarked = []
+    unmarked: list[leftovers.Upload] = []
     if args.include_unmarked:
-        names, why = referenced
+        names, why = cast(Referenced, referenced)  # read by main() for --include-unmarked
         result["database"] = "read" if names is not None else f"not read: {why}"
         unmarked = leftovers.unmarked(pool, args.older_than, skip={u.image for u in found},
                                       referenced=names)
@@ -304,7 +333,7 @@ def _look(args, backend, pool, referenced):
     return result
 
 
-def _print(args, result):
+def _print(args: argparse.Namespace, result: Result) -> None:
     where = f"{result['backend']}: {result['pool']}"
     if args.command == "status":
         if not result["uploads"]:
@@ -339,14 +368,14 @@ _STATE_WORDS = {"alive": "writer alive", "gone": "writer GONE",
                 "silent": "writer SILENT", "unreadable": "mark UNREADABLE"}
 
 
-def _writer(upload):
+def _writer(upload: leftovers.UploadDict) -> str:
     if upload["pid"] is None:
         return "writer unknown"
     where = f" in {upload['cgroup']}" if upload.get("cgroup") else ""
     return printable(f"pid {upload['pid']} on {upload['host']}{where}")
 
 
-def _size(value):
+def _size(value: Optional[float]) -> str:
     if value is None:
         return "?"
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -355,6 +384,6 @@ def _size(value):
     return f"{value} B"
 
 
-def _rate(upload):
+def _rate(upload: leftovers.UploadDict) -> str:
     rate = upload["rate_bytes_per_second"]
     return f"{_size(rate)}/s" if rate else "rate ?"

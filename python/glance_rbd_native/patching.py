@@ -8,7 +8,7 @@ LOG = logging.getLogger(__name__)
 _ORIGINALS = "_glance_rbd_native_originals"
 
 
-def patch(force=False):
+def patch(force: bool = False) -> bool:
     """Makes glance_store's rbd driver upload through ``RbdWriter`` and read through
     ``RbdReader``. Safe to call again.
 
@@ -46,7 +46,7 @@ def patch(force=False):
     return True
 
 
-def unpatch():
+def unpatch() -> None:
     """Puts the stock methods back. Safe to call when not patched."""
     from glance_store._drivers import rbd
 
@@ -58,7 +58,7 @@ def unpatch():
         LOG.info("glance-rbd-native: the stock RBD driver is back")
 
 
-def is_patched():
+def is_patched() -> bool:
     """True when glance_store's rbd driver currently runs the native methods."""
     from glance_store._drivers import rbd
 

@@ -3,6 +3,7 @@ configuration, and the environment variable that overrides it."""
 
 import logging
 import os
+from typing import Optional, cast
 
 from oslo_config import cfg
 
@@ -15,7 +16,7 @@ MAX_IN_FLIGHT_ENV = "GLANCE_RBD_NATIVE_MAX_IN_FLIGHT_MIB"
 PROGRESS_INTERVAL_ENV = "GLANCE_RBD_NATIVE_PROGRESS_INTERVAL"
 STALL_THRESHOLD_ENV = "GLANCE_RBD_NATIVE_STALL_THRESHOLD"
 
-def _group():
+def _group() -> cfg.OptGroup:
     return cfg.OptGroup(
         "glance_rbd_native",
         title="glance-rbd-native",
@@ -27,7 +28,7 @@ def _group():
 
 GROUP = _group()
 
-OPTS = [
+OPTS: list[cfg.Opt] = [
     cfg.IntOpt(
         "max_in_flight_mib",
         default=DEFAULT_MAX_IN_FLIGHT >> 20,
@@ -72,15 +73,15 @@ OPTS = [
 OPTION = f"[{GROUP.name}] max_in_flight_mib"
 
 # The bound last logged, with where it came from: logged again only when it changes.
-_logged = None
+_logged: Optional[tuple[int, str]] = None
 
 
-def list_opts():
+def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
     """The options, for oslo-config-generator (the ``oslo.config.opts`` entry point)."""
     return [(GROUP, OPTS)]
 
 
-def register_opts(conf):
+def register_opts(conf: cfg.ConfigOpts) -> None:
     """Registers the section on ``conf``. Safe to call again."""
     # A group object of its own for each configuration: oslo.config copies a group it registers
     # only shallowly, so an override set on one configuration would show in all the others.
@@ -88,7 +89,7 @@ def register_opts(conf):
     conf.register_opts(OPTS, group=GROUP.name)
 
 
-def apply(conf=None):
+def apply(conf: Optional[cfg.ConfigOpts] = None) -> None:
     """Sets the process's in-flight bound and the progress reports from the settings; called
     at every transfer, so that a configuration parsed (or reloaded) after the patch is
     honoured."""
@@ -96,7 +97,7 @@ def apply(conf=None):
     progress.configure(progress_interval(conf), stall_threshold(conf))
 
 
-def max_in_flight(conf=None):
+def max_in_flight(conf: Optional[cfg.ConfigOpts] = None) -> int:
     """Bytes the transfers of the process may hold at once: the environment's MiB setting, else
     ``max_in_flight_mib`` of ``conf`` (glance's configuration; None: the option's default)."""
     value = os.environ.get(MAX_IN_FLIGHT_ENV, "").strip()
@@ -117,24 +118,24 @@ def max_in_flight(conf=None):
     return mib << 20
 
 
-def progress_interval(conf=None):
+def progress_interval(conf: Optional[cfg.ConfigOpts] = None) -> int:
     """Seconds between the progress lines of a transfer (0: none): the environment's setting,
     else ``progress_interval`` of ``conf``."""
     return _seconds(conf, "progress_interval", PROGRESS_INTERVAL_ENV)
 
 
-def stall_threshold(conf=None):
+def stall_threshold(conf: Optional[cfg.ConfigOpts] = None) -> int:
     """Seconds without progress before a transfer's warning (0: none): the environment's
     setting, else ``stall_threshold`` of ``conf``."""
     return _seconds(conf, "stall_threshold", STALL_THRESHOLD_ENV)
 
 
-def presume_gone_after(conf=None):
+def presume_gone_after(conf: Optional[cfg.ConfigOpts] = None) -> int:
     """Seconds of silence after which an unseen writer is presumed gone (``leftovers``)."""
     return _option(conf, "presume_gone_after")
 
 
-def _seconds(conf, name, env):
+def _seconds(conf: Optional[cfg.ConfigOpts], name: str, env: str) -> int:
     value = os.environ.get(env, "").strip()
     if not value:
         return _option(conf, name)
@@ -150,41 +151,41 @@ def _seconds(conf, name, env):
     return seconds
 
 
-def _option(conf, name):
+def _option(conf: Optional[cfg.ConfigOpts], name: str) -> int:
     """Option ``name`` of ``conf``: its default without a configuration, or when the file's
     value is invalid (logged)."""
-    default = next(opt.default for opt in OPTS if opt.name == name)
+    default: int = next(opt.default for opt in OPTS if opt.name == name)
     if conf is None:
         return default
     _register_once(conf, name)
     try:
-        return conf[GROUP.name][name]
+        return cast(int, conf[GROUP.name][name])
     except ValueError as exc:  # not an integer, or below the minimum, in the file
         LOG.warning("[%s] %s: %s; using the default, %d s", GROUP.name, name, exc, default)
         return default
 
 
-def _register_once(conf, name):
+def _register_once(conf: cfg.ConfigOpts, name: str) -> None:
     # Registered once per ConfigOpts: registering again would clear its cache of values.
     if GROUP.name not in conf or name not in conf[GROUP.name]:
         register_opts(conf)
 
 
-def _from_conf(conf):
+def _from_conf(conf: Optional[cfg.ConfigOpts]) -> int:
     """``max_in_flight_mib`` of ``conf``, registering the section on it first. Read per call, so
     that a configuration parsed after the patch is honoured."""
     if conf is None:
         return DEFAULT_MAX_IN_FLIGHT >> 20
     _register_once(conf, "max_in_flight_mib")
     try:
-        return conf[GROUP.name].max_in_flight_mib
+        return cast(int, conf[GROUP.name].max_in_flight_mib)
     except ValueError as exc:  # not an integer, or below the minimum, in the file
         LOG.warning("%s: %s; using the default, %d MiB", OPTION, exc,
                     DEFAULT_MAX_IN_FLIGHT >> 20)
         return DEFAULT_MAX_IN_FLIGHT >> 20
 
 
-def _log_bound(mib, source):
+def _log_bound(mib: int, source: str) -> None:
     """Logs the bound the transfers get, at the first and whenever it changes: at patch time
     glance may not have read its configuration yet."""
     global _logged

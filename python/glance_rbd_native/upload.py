@@ -13,6 +13,8 @@ waits goes through ``green.call``, so under eventlet the hub goes on meanwhile.
 import logging
 import math
 import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Optional, Protocol, Union, cast
 
 from glance_store import exceptions
 from glance_store._drivers import rbd as stock
@@ -32,13 +34,24 @@ from glance_rbd_native._native import (
     native_digests,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsRead
+
 LOG = logging.getLogger(__name__)
 
 NATIVE_DIGESTS = frozenset(native_digests())
 
 
-def add(self, image_id, image_file, image_size, hashing_algo, context=None,
-        verifier=None):
+class Verifier(Protocol):
+    """What ``add`` calls of the image signature verifier glance may hand in."""
+
+    def update(self, data: bytes) -> None: ...
+
+
+def add(self: compat.RbdStore, image_id: str,
+        image_file: "Union[SupportsRead[bytes], Iterable[bytes]]", image_size: int,
+        hashing_algo: str, context: object = None,
+        verifier: Optional[Verifier] = None) -> tuple[str, int, str, str, dict[str, str]]:
     """Stores an image through ``RbdWriter``; see glance_store's ``Store.add``."""
     algorithms = ('md5', str(hashing_algo))
     # Created even when native, so an unknown algorithm fails here as it does in stock.
@@ -101,14 +114,14 @@ def add(self, image_id, image_file, image_size, hashing_algo, context=None,
         'image': image_name,
         'snapshot': stock.DEFAULT_SNAPNAME,
     }, self.conf)
-    metadata = {}
+    metadata: dict[str, str] = {}
     if self.backend_group:
         metadata['store'] = self.backend_group
     return (loc.get_uri(), bytes_written, digests['md5'],
             digests[algorithms[1]], metadata)
 
 
-def _abort(writer, image_name):
+def _abort(writer: RbdWriter, image_name: str) -> None:
     """Aborts ``writer`` after the failure being raised, which its own failure never replaces:
     a size mismatch stays ``Invalid`` (400), whatever the removal met. A removal that failed is
     retried in the background (logged there)."""
@@ -119,7 +132,8 @@ def _abort(writer, image_name):
                     "%s", image_name, exc)
 
 
-def _open_writer(store, image_id, image_name, image_size, order, digests):
+def _open_writer(store: compat.RbdStore, image_id: str, image_name: str, image_size: int,
+                 order: int, digests: list[str]) -> RbdWriter:
     """Connects and creates the image, with the stock driver's exceptions for failures. An image
     already there that is the leftover of a native upload whose writer is provably gone (a
     process killed mid-upload) is removed first, and the upload goes on."""
@@ -131,7 +145,7 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
     user = options.rbd_store_user or None
     timeout = compat.connect_timeout(store)
 
-    def create():
+    def create() -> RbdWriter:
         return green.call(
             RbdWriter,
             store.pool, image_name, image_size,
@@ -165,7 +179,8 @@ def _open_writer(store, image_id, image_name, image_size, order, digests):
         raise errors.no_answer(exc) from exc
 
 
-def _reclaim(conffile, user, timeout, pool, image_name, presume_gone_after):
+def _reclaim(conffile: Optional[str], user: Optional[str], timeout: Optional[int], pool: str,
+             image_name: str, presume_gone_after: float) -> bool:
     """Removes the leftover ``image_name`` of a native upload whose writer is provably gone;
     True if it did. Whatever else is there stays, and ``add`` raises Duplicate as stock does."""
     try:
@@ -177,7 +192,7 @@ def _reclaim(conffile, user, timeout, pool, image_name, presume_gone_after):
         return False
     if removed is None:
         return False
-    mark = removed.mark
+    mark = cast(leftovers.Mark, removed.mark)  # reclaim removes marked uploads alone
     LOG.warning("removed image %s in pool %s, left over from an upload whose writer is gone "
                 "(%s, started %s, %s bytes stored; %s); storing it again",
                 image_name, pool, removed.writer,

@@ -26,12 +26,15 @@ import errno
 import re
 import time
 from collections.abc import Iterable
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, TypedDict, cast
 
 from glance_rbd_native.leftovers import images, index
-from glance_rbd_native.leftovers.images import Header
+from glance_rbd_native.leftovers.images import Header, Watcher
 from glance_rbd_native.leftovers.index import INDEX, Mark, printable
 from glance_rbd_native.leftovers.sight import Host, Sight, look
+
+if TYPE_CHECKING:
+    import rados
 
 __all__ = ["INDEX", "Header", "Mark", "Pool", "Upload", "connect", "duration", "inspect",
            "judge", "marks", "printable", "reclaim", "remove", "unmarked", "uploads"]
@@ -45,6 +48,30 @@ FENCE_SECONDS = 7 * 86400
 UNWATCH_WAIT = 20
 # glance's image ids, the only names an image without a mark may have to be listed.
 GLANCE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class _UploadDict(TypedDict):
+    pool: str
+    image: str
+    state: str
+    reason: str
+    host: Optional[str]
+    pid: Optional[int]
+    cgroup: Optional[str]
+    started: Optional[float]
+    age_seconds: Optional[float]
+    refreshed_seconds_ago: Optional[float]
+    bytes: Optional[int]
+    size: Optional[int]
+    rate_bytes_per_second: Optional[int]
+    watchers: list[Optional[str]]
+
+
+class UploadDict(_UploadDict, total=False):
+    """An upload as the command prints it in JSON (``Upload.as_dict``)."""
+
+    # What ``sweep --remove`` did with it.
+    outcome: str
 
 
 @dataclasses.dataclass
@@ -65,7 +92,7 @@ class Upload:
     state: str
     reason: str
     header: Optional[Header] = None
-    watchers: list = dataclasses.field(default_factory=list)
+    watchers: list[Watcher] = dataclasses.field(default_factory=list)
     # Whether its writer must be fenced before the image goes: it may wake.
     fence: bool = False
 
@@ -76,7 +103,7 @@ class Upload:
             return "unknown writer"
         return printable(f"pid {self.mark.get('pid')} on {self.mark.get('host')}")
 
-    def as_dict(self, now: Optional[float] = None) -> dict:
+    def as_dict(self, now: Optional[float] = None) -> UploadDict:
         now = time.time() if now is None else now
         fields = (self.mark.fields if self.mark else None) or {}
         created = self.header.created if self.header else None
@@ -104,13 +131,15 @@ class Upload:
 class Pool:
     """One pool, as the sweep reads it, through Ceph's Python bindings."""
 
-    def __init__(self, cluster, ioctx):
+    def __init__(self, cluster: "rados.Rados", ioctx: "rados.Ioctx") -> None:
         self.cluster = cluster
         self.ioctx = ioctx
-        self.name = ioctx.get_pool_name()
+        self.name: str = ioctx.get_pool_name()
 
 
-def connect(conffile: Optional[str], user: Optional[str], timeout: Optional[int] = None):
+def connect(
+    conffile: Optional[str], user: Optional[str], timeout: Optional[int] = None
+) -> "rados.Rados":
     """A connected ``rados.Rados``, as the stock driver makes one (the native writer's settings)."""
     import rados
 
@@ -127,13 +156,13 @@ def connect(conffile: Optional[str], user: Optional[str], timeout: Optional[int]
     return cluster
 
 
-def marks(ioctx) -> dict:
+def marks(ioctx: "rados.Ioctx") -> dict[str, Mark]:
     """{image: Mark} of every upload marked in the pool of ``ioctx``."""
     return index.read(ioctx)
 
 
-def judge(mark: Mark, header: Optional[Header], watchers: list, sight: tuple, now: float,
-          presume_gone_after: float) -> tuple:
+def judge(mark: Mark, header: Optional[Header], watchers: list[Watcher], sight: tuple[Sight, str],
+          now: float, presume_gone_after: float) -> tuple[str, str, bool]:
     """(state, reason, fence) of the upload marked by ``mark``, of the image whose ``header``
     and ``watchers`` were read, and whose writer looks as ``sight`` says (``sight.look``)."""
     if mark.fields is None:
@@ -190,7 +219,7 @@ def inspect(pool: Pool, name: str, mark: Optional[Mark], presume_gone_after: flo
     return upload
 
 
-def _unmarked_state(header: Optional[Header], watchers: list) -> tuple:
+def _unmarked_state(header: Optional[Header], watchers: list[Watcher]) -> tuple[str, str]:
     if header is None:
         return "missing", "no image"
     if header.snapshots:
@@ -203,7 +232,7 @@ def _unmarked_state(header: Optional[Header], watchers: list) -> tuple:
 
 
 def uploads(pool: Pool, presume_gone_after: float = PRESUME_GONE_AFTER,
-            host: Optional[Host] = None) -> list:
+            host: Optional[Host] = None) -> list[Upload]:
     """Every upload marked in the pool, inspected."""
     host = host or Host()
     return [inspect(pool, name, mark, presume_gone_after, host)
@@ -211,7 +240,7 @@ def uploads(pool: Pool, presume_gone_after: float = PRESUME_GONE_AFTER,
 
 
 def unmarked(pool: Pool, older_than: float, skip: Iterable[str] = (),
-             referenced: Optional[set] = None) -> list:
+             referenced: Optional[set[str]] = None) -> list[Upload]:
     """Partial images without a mark (stock's, another tool's) named as glance names images,
     with no watcher, created more than ``older_than`` seconds ago, and not in ``referenced``
     (the image ids and locations glance's database holds, when it could be read). This lists
@@ -240,15 +269,16 @@ def remove(pool: Pool, upload: Upload) -> str:
     fenced first. Returns what was done: "removed", "fenced and removed", "already removed",
     "stale mark dropped", or why it was left."""
     if upload.state in ("missing", "finished"):
-        if index.remove(pool.ioctx, upload.mark):
+        # A stale mark: unmarked() lists no missing or finished image.
+        if index.remove(pool.ioctx, cast(Mark, upload.mark)):
             return "stale mark dropped"
         return "left: its mark changed since it was judged"
     if upload.state not in ("gone", "unmarked"):
         return f"left: {upload.state}"
-    header = upload.header
+    header = cast(Header, upload.header)  # gone or unmarked: it has one (judge, _unmarked_state)
     if upload.mark is not None:
-        current = marks(pool.ioctx).get(upload.image)
-        if current is None or current.raw != upload.mark.raw:
+        stored = marks(pool.ioctx).get(upload.image)
+        if stored is None or stored.raw != upload.mark.raw:
             return "left: its mark changed since it was judged"
     if images.image_id(pool.ioctx, upload.image) != header.id:
         return "left: the name is another image's now"
@@ -260,14 +290,16 @@ def remove(pool: Pool, upload: Upload) -> str:
         if upload.mark is not None:
             index.remove(pool.ioctx, upload.mark)
         return "already removed"
-    own, others = [], []
+    own: list[Watcher] = []
+    others: list[Watcher] = []
     for watcher in current.watchers:
         (own if client is not None and watcher.get("id") == client else others).append(watcher)
     if others:
         return f"left: another client watches it now ({', '.join(w['addr'] for w in others)})"
     done = ""
     if upload.fence:
-        refused = _fence(pool.cluster, upload.mark.get("addr"), FENCE_SECONDS)
+        # Only a marked writer is ever fenced (judge).
+        refused = _fence(pool.cluster, cast(Mark, upload.mark).get("addr"), FENCE_SECONDS)
         if refused:
             return f"left: {refused}"
         done = "fenced and "
@@ -286,7 +318,7 @@ def remove(pool: Pool, upload: Upload) -> str:
     return done + outcome
 
 
-def _watchers(pool: Pool, name: str) -> list:
+def _watchers(pool: Pool, name: str) -> list[Watcher]:
     again = images.header(pool.ioctx, name)
     return list(again.watchers) if again else []
 
@@ -301,7 +333,7 @@ def _unwatched(pool: Pool, name: str, client: Optional[int]) -> bool:
         time.sleep(1)
 
 
-def _fence(cluster, addr: str, seconds: int) -> Optional[str]:
+def _fence(cluster: "rados.Rados", addr: str, seconds: int) -> Optional[str]:
     """Blocklists the librados client at ``addr`` (its nonce names that one client instance)
     for ``seconds`` (0: the cluster's default); None when done, else why not."""
     import rados

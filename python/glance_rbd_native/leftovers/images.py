@@ -14,7 +14,10 @@ librbd's own removal (by name) is used by nothing here.
 import dataclasses
 import struct
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, TypedDict, cast
+
+if TYPE_CHECKING:
+    import rados
 
 ID_PREFIX = "rbd_id."
 # How long a watcher that is not the writer's may take to go before it counts: another sweep's
@@ -22,20 +25,27 @@ ID_PREFIX = "rbd_id."
 SETTLE = 3.0
 
 
+class Watcher(TypedDict):
+    """A client watching an image, as librbd lists it (``Image.watchers_list``)."""
+
+    id: int  # its librados client's global id
+    addr: str
+    cookie: int
+
+
 @dataclasses.dataclass(frozen=True)
 class Header:
     """What an image's header says of it, read at one moment."""
 
     id: str
-    snapshots: tuple
+    snapshots: tuple[str, ...]
     # "pool/image@snapshot" of a clone's parent, None for an image that is not one.
     parent: Optional[str]
     created: Optional[float]
-    # [{"id": global id, "addr": address, "cookie": cookie}]
-    watchers: tuple
+    watchers: tuple[Watcher, ...]
 
 
-def image_id(ioctx, name: str) -> Optional[str]:
+def image_id(ioctx: "rados.Ioctx", name: str) -> Optional[str]:
     """The id of image ``name``, None if there is no such image (of format 2), read from its
     id object: no open."""
     import rados
@@ -47,7 +57,7 @@ def image_id(ioctx, name: str) -> Optional[str]:
     return _string(data, 0)[0]
 
 
-def header(ioctx, name: str) -> Optional[Header]:
+def header(ioctx: "rados.Ioctx", name: str) -> Optional[Header]:
     """The header of image ``name``, None if there is no such image."""
     import rbd
 
@@ -68,7 +78,9 @@ def header(ioctx, name: str) -> Optional[Header]:
         return None
 
 
-def settled(ioctx, name: str, ident: str, writer: Optional[int] = None) -> Optional[Header]:
+def settled(
+    ioctx: "rados.Ioctx", name: str, ident: str, writer: Optional[int] = None
+) -> Optional[Header]:
     """The header of image ``name`` once no client but ``writer`` (a global id) watches it, or
     as it is after ``SETTLE`` seconds; None once the name is no longer image ``ident`` (removed
     meanwhile, by another sweep)."""
@@ -83,14 +95,14 @@ def settled(ioctx, name: str, ident: str, writer: Optional[int] = None) -> Optio
         time.sleep(0.2)
 
 
-def _string(data: bytes, offset: int) -> tuple:
+def _string(data: bytes, offset: int) -> tuple[str, int]:
     """A Ceph-encoded string at ``offset`` (u32 length, bytes), and the offset after it."""
     (length,) = struct.unpack_from("<I", data, offset)
     start = offset + 4
     return data[start:start + length].decode("utf-8", "backslashreplace"), start + length
 
 
-def remove(ioctx, name: str, ident: str) -> str:
+def remove(ioctx: "rados.Ioctx", name: str, ident: str) -> str:
     """Removes image ``name`` if its id is still ``ident``. Returns what was done: "removed",
     "already removed", or why it was left."""
     import rbd
@@ -147,10 +159,10 @@ def remove(ioctx, name: str, ident: str) -> str:
     return "removed"
 
 
-def _trash_entry(ioctx, ident: str) -> Optional[dict]:
+def _trash_entry(ioctx: "rados.Ioctx", ident: str) -> Optional[dict[str, Any]]:
     import rbd
 
     try:
-        return rbd.RBD().trash_get(ioctx, ident)
+        return cast(dict[str, Any], rbd.RBD().trash_get(ioctx, ident))
     except rbd.ImageNotFound:
         return None

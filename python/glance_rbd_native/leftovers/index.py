@@ -11,7 +11,11 @@ import dataclasses
 import errno
 import json
 import math
-from typing import Any, Optional
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+if TYPE_CHECKING:
+    import rados
 
 INDEX = "glance_rbd_native.uploads"
 # A page of the index: it holds the uploads in flight, not the pool's images.
@@ -32,7 +36,7 @@ class Mark:
     # The value as stored: removing the entry is conditional on it.
     raw: bytes
     # The fields, or None for an entry that cannot be read (``problem`` says why).
-    fields: Optional[dict]
+    fields: Optional[dict[str, Any]]
     problem: Optional[str] = None
 
     @property
@@ -46,7 +50,7 @@ class Mark:
 
 def parse(key: bytes, raw: bytes) -> Mark:
     """The mark stored under ``key``; an unreadable one says why, and is never acted on."""
-    def unreadable(problem):
+    def unreadable(problem: str) -> Mark:
         return Mark(key, raw, None, problem)
 
     try:
@@ -78,13 +82,14 @@ def parse(key: bytes, raw: bytes) -> Mark:
     return Mark(key, raw, fields)
 
 
-def read(ioctx) -> dict:
+def read(ioctx: "rados.Ioctx") -> dict[str, Mark]:
     """{image name: Mark} of every entry in the index of the pool of ``ioctx``. An entry whose
     key is not UTF-8 is listed as unreadable: Ceph's Python binding cannot return such a key
     (it fails to decode it, and goes on with the next), so it is named by the key before it."""
     import rados
 
-    found, after = {}, ""
+    found: dict[str, Mark] = {}
+    after = ""
     while True:
         with rados.ReadOpCtx() as op:
             values, _ = ioctx.get_omap_vals(op, after, "", PAGE)
@@ -105,9 +110,11 @@ def read(ioctx) -> dict:
         after = readable[-1].decode()
 
 
-def _entries(values, after: str) -> list:
+def _entries(
+    values: Iterable[tuple[Union[str, bytes], Optional[bytes]]], after: str
+) -> list[tuple[Optional[bytes], Optional[bytes]]]:
     """(key as bytes, value) of an omap page; a key that cannot be decoded is None."""
-    entries = []
+    entries: list[tuple[Optional[bytes], Optional[bytes]]] = []
     iterator = iter(values)
     while True:
         try:
@@ -120,7 +127,7 @@ def _entries(values, after: str) -> list:
         entries.append((key if isinstance(key, bytes) else key.encode(), value))
 
 
-def remove(ioctx, mark: Mark) -> bool:
+def remove(ioctx: "rados.Ioctx", mark: Mark) -> bool:
     """Removes ``mark`` if the entry still holds what was read; False if it changed (a new
     writer marked the name meanwhile) or is gone."""
     import rados
