@@ -16,7 +16,7 @@ PIP_PACKAGES := --group dev
 E2E_PACKAGES := glance==33.0.0 uwsgi==2.0.31 python-glanceclient PyMySQL "pyOpenSSL>=24"
 
 .PHONY: help deps build build-arm64 dev deb demo test test-unit test-fast test-rust lifecycle test-python check-py39 check-abi3 \
-	bench cluster-up cluster-down lint lint-checks clean
+	bench cluster-up cluster-down lint lint-checks format clean
 
 # A cluster that `make cluster-up` left running in .cluster: the test targets hand it to pytest
 # (GLANCE_RBD_TEST_CLUSTER) instead of booting one per run. Set that variable to use another.
@@ -136,14 +136,21 @@ check-py39: deps ## The pure-Python package stays Python 3.9-compatible
 check-abi3: build build-arm64 ## Both release wheels use the limited API of 3.9 alone
 	$(VENV)/bin/abi3audit --strict --summary target/wheels/*.whl
 
-lint: check-py39 dev lint-checks ## rustfmt, clippy, ruff, Python 3.9 compatibility, the stub against the debug build
+lint: check-py39 dev lint-checks ## rustfmt, clippy, ruff (lint and format), mypy, Python 3.9 compatibility, the stub against the debug build
 
 # make lint's checks, on whichever build is installed (make test: the release one).
 lint-checks: deps
 	cargo fmt --all --check
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python/ tests/ benchmarks/ packaging/
+	$(VENV)/bin/ruff format --check python/ tests/ benchmarks/ packaging/
+	# Which files, how strict: [tool.mypy] in pyproject.toml.
+	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest --allowlist .stubtest-allowlist glance_rbd_native._native
+
+# No deps: ruff alone, from the virtualenv make deps made.
+format: ## Format the Python code (ruff format)
+	$(VENV)/bin/ruff format python/ tests/ benchmarks/ packaging/
 
 clean: ## Remove build outputs and the virtualenvs
 	rm -rf target $(VENV) .venv-matrix python/glance_rbd_native/*.so
