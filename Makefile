@@ -89,7 +89,7 @@ bench: build ## Every performance target, side by side, medians of 3 rounds
 # pytest runs the layer that uses the others last.
 test: deps ## Everything: lint, the unit loop, both release wheels' checks, then all of pytest on it (every glance_store release, every server, the Debian roots)
 	@mkdir -p target
-	nice -n 19 $(SYSTEM_PYTHON) -m tests.harness.debian_root all > target/roots.log 2>&1 & roots=$$!; \
+	nice -n 19 $(SYSTEM_PYTHON) packaging/debian_root.py all > target/roots.log 2>&1 & roots=$$!; \
 	$(MAKE) --no-print-directory build check-py39 lint-checks test-unit lifecycle build-arm64 \
 		check-abi3 test-python; \
 	status=$$?; wait $$roots || { echo "building the Debian roots failed:"; cat target/roots.log; }; \

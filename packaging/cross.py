@@ -5,7 +5,7 @@
 writes DIR/glance_rbd_native-<v>-cp39-abi3-linux_aarch64.whl (DIR defaults to target/wheels,
 next to the x86_64 wheel) and prints its path.
 
-It builds in a Debian 13 root (tests/harness/debian_root.py, TRIXIE_CROSS, cached): Debian's
+It builds in a Debian 13 root (debian_root.py, TRIXIE_CROSS, cached): Debian's
 rustc 1.85 with the aarch64 standard library of the same build (a rustup toolchain's would not
 match), the aarch64 cross gcc as linker, and Debian 13's arm64 librbd, librados and libssl to
 link, whose symbol versions (GLIBC_2.17 on) keep the wheel's glibc floor where x86_64's is. The
@@ -23,10 +23,11 @@ import pathlib
 import shutil
 import sys
 
-CHECKOUT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(CHECKOUT))  # run as a script: PyPI's `packaging` keeps its name
+# Run as a script, not as packaging.cross: PyPI's `packaging` keeps its name, and the module
+# beside it imports as is.
+from debian_root import CACHE, TRIXIE_CROSS, DebianRoot
 
-from tests.harness.debian_root import CACHE, TRIXIE_CROSS, DebianRoot  # noqa: E402
+CHECKOUT = pathlib.Path(__file__).resolve().parents[1]
 
 TARGET = "aarch64-unknown-linux-gnu"
 # What the wheel is made of: a change to any of it builds anew.
