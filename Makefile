@@ -62,7 +62,7 @@ build: deps ## Build the release wheel (one for CPython 3.9 on: abi3) and instal
 # Cross-compiled in a cached Debian 13 root (packaging/cross.py), from the crates cargo fetched.
 build-arm64: deps ## The aarch64 wheel, cross-compiled next to the x86_64 one (cached by source)
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo fetch --locked -q
-	$(SYSTEM_PYTHON) packaging/cross.py --out target/wheels
+	$(SYSTEM_PYTHON) packaging/cross.py --maturin $(VENV)/bin/maturin --out target/wheels
 
 # What apt installs on Debian's and Ubuntu's python3, where pip may not (PEP 668).
 deb: build build-arm64 ## The Debian packages of both wheels: target/debian/glance-rbd-native_<version>_<arch>.deb
