@@ -18,7 +18,8 @@ PROGRAM = pathlib.Path(__file__).resolve().parent.parent / "target/debug/example
 
 
 def test_lifecycle_has_no_memory_errors_or_leaks(cluster, clean_pool):
-    assert PROGRAM.exists(), "build it first: cargo build -p glance-rbd-core --example lifecycle (make test does)"
+    assert PROGRAM.exists(), \
+        "build it first: cargo build -p glance-rbd-core --example lifecycle (make test does)"
     run = subprocess.run(
         ["valgrind", "--tool=memcheck", "--leak-check=full", "--errors-for-leak-kinds=definite",
          "--error-exitcode=99", str(PROGRAM), str(cluster.conf_path), cluster.pool],
