@@ -62,7 +62,7 @@ build: deps ## Build the release wheel (one for CPython 3.9 on: abi3) and instal
 # Cross-compiled in a cached Debian 13 root (packaging/cross.py), from the crates cargo fetched.
 build-arm64: deps ## The aarch64 wheel, cross-compiled next to the x86_64 one (cached by source)
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo fetch --locked -q
-	$(SYSTEM_PYTHON) packaging/cross.py --out target/wheels
+	$(SYSTEM_PYTHON) packaging/cross.py --maturin $(VENV)/bin/maturin --out target/wheels
 
 # What apt installs on Debian's and Ubuntu's python3, where pip may not (PEP 668).
 deb: build build-arm64 ## The Debian packages of both wheels: target/debian/glance-rbd-native_<version>_<arch>.deb
@@ -89,7 +89,7 @@ bench: build ## Every performance target, side by side, medians of 3 rounds
 # pytest runs the layer that uses the others last.
 test: deps ## Everything: lint, the unit loop, both release wheels' checks, then all of pytest on it (every glance_store release, every server, the Debian roots)
 	@mkdir -p target
-	nice -n 19 $(SYSTEM_PYTHON) -m tests.harness.debian_root all > target/roots.log 2>&1 & roots=$$!; \
+	nice -n 19 $(SYSTEM_PYTHON) packaging/debian_root.py all > target/roots.log 2>&1 & roots=$$!; \
 	$(MAKE) --no-print-directory build check-py39 lint-checks test-unit lifecycle build-arm64 \
 		check-abi3 test-python; \
 	status=$$?; wait $$roots || { echo "building the Debian roots failed:"; cat target/roots.log; }; \

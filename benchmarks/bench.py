@@ -32,10 +32,10 @@ import time
 import numpy as np
 
 from benchmarks import huge
+from debian_root import TRIXIE, DebianRoot, build_deb
 from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT
 from tests.harness import hub_latency, venvs
 from tests.harness.cluster import Cluster
-from tests.harness.debian_root import TRIXIE, DebianRoot, build_deb
 from tests.harness.glance_api import BACKEND, SECOND_BACKEND, SECOND_POOL, GlanceApi
 from tests.harness.mariadb import MariaDB
 

@@ -16,9 +16,10 @@ import tempfile
 
 import pytest
 
+import emulation
 import glance_rbd_native
 from tests import stock_versions
-from tests.harness import contract, emulation
+from tests.harness import contract
 from tests.harness.cluster import Cluster
 from tests.harness.stores import Images
 
@@ -126,7 +127,7 @@ ROOT_WAIT_LIMIT = 1800
 
 def pytest_collection_modifyitems(items):
     """The Debian roots' layer last, and of it the emulated root last of all: `make test` builds
-    the roots missing in the background meanwhile (tests/harness/debian_root.py), the emulated
+    the roots missing in the background meanwhile (packaging/debian_root.py), the emulated
     one the slowest, so that on a fresh machine the other layers run while they build. A test
     of that layer may wait for its root in its set-up: it gets a longer limit."""
     # make test-unit selects by marker: a test that uses the cluster must say so.

@@ -1,16 +1,16 @@
 """Debian's packaged glance in Debian roots, with the project's Debian package (made by
 packaging/deb.py, as `make deb` makes it, from the wheel `make build` made on the host, not
 rebuilt) installed by apt, on the session's cluster, the catalogue in a MariaDB of the host.
-Each test module names its Debian release in RELEASE; the root (tests/harness/debian_root.py)
+Each test module names its Debian release in RELEASE; the root (packaging/debian_root.py)
 is built once and cached, the package installed anew each run and removed at its end."""
 
 import pathlib
 
 import pytest
 
+from debian_root import DebianRoot, build_deb
 from tests.harness import venvs
 from tests.harness.debian_glance import DebianGlanceApi
-from tests.harness.debian_root import DebianRoot, build_deb
 from tests.harness.mariadb import MariaDB
 
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]

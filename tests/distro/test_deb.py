@@ -11,8 +11,8 @@ import pytest
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
+from debian_root import BOOKWORM, PACKAGE, DebianRoot, build_deb
 from tests.harness import venvs
-from tests.harness.debian_root import BOOKWORM, PACKAGE, DebianRoot, build_deb
 
 RELEASE = BOOKWORM
 

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from debian_root import BOOKWORM
 from tests.clients import (
     CLIENTS,
     SIZE,
@@ -24,7 +25,6 @@ from tests.clients import (
     wait_status,
 )
 from tests.harness.data import MiB, data_of
-from tests.harness.debian_root import BOOKWORM
 
 RELEASE = BOOKWORM
 

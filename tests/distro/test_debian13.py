@@ -10,10 +10,10 @@ import zipfile
 
 import pytest
 
+from debian_root import TRIXIE
 from tests.clients import CLIENTS, SIZE, check_four_at_once, check_upload
 from tests.harness import contract, venvs
 from tests.harness.data import data_of
-from tests.harness.debian_root import TRIXIE
 
 RELEASE = TRIXIE
 

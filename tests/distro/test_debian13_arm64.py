@@ -3,7 +3,7 @@ cross-compiled installs into its Python 3.13, loads its Ceph 18 librbd and libra
 patches its glance_store 4.9.1; the contract's core runs native against stock on the host's
 cluster, over loopback; the arm64 .deb installs with apt. Emulation proves what the code does
 on aarch64 (the instructions are aarch64's, translated), not how fast: nothing here is timed.
-Every command runs in namespaces of its own (tests/harness/emulation.py): the qemu handler
+Every command runs in namespaces of its own (packaging/emulation.py): the qemu handler
 registered in them is seen nowhere else, and every mount goes with them."""
 
 import pathlib
@@ -13,8 +13,9 @@ import zipfile
 
 import pytest
 
-from tests.harness import contract, emulation, venvs
-from tests.harness.debian_root import TRIXIE_ARM64, DebianRoot, build_deb
+import emulation
+from debian_root import TRIXIE_ARM64, DebianRoot, build_deb
+from tests.harness import contract, venvs
 
 RELEASE = TRIXIE_ARM64
 

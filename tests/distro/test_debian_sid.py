@@ -24,12 +24,12 @@ import zipfile
 
 import pytest
 
+from debian_root import SID
 from tests import stock_versions
 from tests.clients import CLIENTS, SIZE, check_four_at_once, check_upload
 from tests.harness import cephx, contract, venvs
 from tests.harness.cluster import Cluster, key_type
 from tests.harness.data import data_of
-from tests.harness.debian_root import SID
 
 RELEASE = SID
 

@@ -39,7 +39,7 @@ import shutil
 import signal
 import time
 
-from tests.harness.debian_root import DebianRoot
+from debian_root import DebianRoot
 from tests.harness.glance_api import GlanceApi, GlanceApiError
 
 CONF = "/etc/glance/glance-api.conf"

@@ -12,6 +12,9 @@ Every command runs in a mount namespace of its own (`unshare --mount --propagati
 process, so nothing stays mounted on any exit path. `chroot ... env -i` keeps the host's
 environment (pyenv, CEPH_ARGS, PYTHONPATH) out. A root of another architecture runs under
 qemu-user, each command in namespaces of its own that alone see the handler (emulation.py).
+
+The cross build (cross.py, beside it) and the tests both use these roots; the tests import it
+from packaging/, which pytest puts on the path (pyproject.toml).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from tests.harness import emulation
+import emulation
 
 MIRROR = "http://deb.debian.org/debian"
 # No database, message queue or keystone set-up at install time: the tests configure glance.
@@ -125,7 +128,7 @@ TRIXIE_CROSS = Release("trixie", ("rustc", "cargo", "libstd-rust-dev:arm64",
                        foreign=("arm64",))
 # The project's Debian package (packaging/deb.py builds it from the wheel).
 PACKAGE = "glance-rbd-native"
-DEB_BUILDER = pathlib.Path(__file__).resolve().parents[2] / "packaging" / "deb.py"
+DEB_BUILDER = pathlib.Path(__file__).resolve().with_name("deb.py")
 CACHE = pathlib.Path(os.environ.get("GLANCE_RBD_ROOTS", "/var/cache/glance-rbd-native/roots"))
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MOUNT = """\
@@ -457,7 +460,7 @@ def _ensure_all(names) -> None:
 
 
 if __name__ == "__main__":
-    # python -m tests.harness.debian_root [NAME ...|all]: builds (or finds) the cached roots,
+    # python3 packaging/debian_root.py [NAME ...|all]: builds (or finds) the cached roots,
     # one after the other (`all`: ALL's lines side by side); a run that uses a root meanwhile
     # waits for its lock. Exits non-zero if any failed.
     import concurrent.futures
