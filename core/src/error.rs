@@ -236,6 +236,7 @@ fn strerror(errno: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rbd::keyring::{Key, Keyring};
 
     /// Every op, as the sentence its failure reads as.
     fn sentence(op: Op) -> &'static str {
@@ -362,6 +363,129 @@ mod tests {
             "opening pool 'vms' was refused: Permission denied (errno 13): glance's cephx user \
              needs the caps mon 'profile rbd' osd 'profile rbd pool=vms' mgr 'profile rbd \
              pool=vms'"
+        );
+    }
+
+    fn refused_connect(errno: i32, keyring: Keyring) -> String {
+        Error::Connect {
+            step: "connecting to the monitors".into(),
+            settings: Some("conf /etc/ceph/ceph.conf, user glance".into()),
+            errno,
+            identity: Some(Box::new(Identity {
+                entity: "client.glance".into(),
+                keyring,
+            })),
+        }
+        .to_string()
+    }
+
+    fn file(key: Key, other: Option<(&str, Key)>) -> Keyring {
+        Keyring::File {
+            path: "/etc/ceph/ceph.client.glance.keyring".into(),
+            key,
+            other: other.map(|(owner, key)| (owner.to_owned(), key)),
+        }
+    }
+
+    const PREFIX: &str = "cannot connect to the Ceph cluster (conf /etc/ceph/ceph.conf, user \
+                          glance): connecting to the monitors failed: ";
+
+    #[test]
+    fn a_key_this_client_cannot_parse_is_named_with_its_keyring() {
+        let keyring = file(Key::Aes256k, Some(("client.glance", Key::Aes256k)));
+        assert_eq!(
+            refused_connect(libc::EIO, keyring),
+            format!(
+                "{PREFIX}Input/output error (errno 5): this client cannot parse keyring \
+                 /etc/ceph/ceph.client.glance.keyring: the key of client.glance there is an \
+                 aes256k key (cephx key type 2), which needs a Ceph 20 (Tentacle) client; use \
+                 one on this host, or give client.glance a legacy aes key (`ceph-authtool \
+                 KEYRING --gen-key -n client.glance --key-type aes`, with its caps, then `ceph \
+                 auth import -i KEYRING`) and let the cluster accept it (`ceph mon set \
+                 auth_allowed_ciphers aes,aes256k`)"
+            )
+        );
+        // Another entity's key fails the whole file.
+        let keyring = file(
+            Key::Aes,
+            Some(("client.admin", Key::Bad("not base64".into()))),
+        );
+        assert_eq!(
+            refused_connect(libc::EIO, keyring),
+            format!(
+                "{PREFIX}Input/output error (errno 5): this client cannot parse keyring \
+                 /etc/ceph/ceph.client.glance.keyring: the key of client.admin there is not \
+                 base64"
+            )
+        );
+        // Nothing found wrong in the file: no claim about it.
+        assert_eq!(
+            refused_connect(libc::EIO, file(Key::Aes, None)),
+            format!("{PREFIX}Input/output error (errno 5)")
+        );
+    }
+
+    #[test]
+    fn a_refused_authentication_names_the_user_and_the_keyring() {
+        let expected = format!(
+            "{PREFIX}Permission denied (errno 13): authentication failed for client.glance \
+             with keyring /etc/ceph/ceph.client.glance.keyring: the monitors refused it, as \
+             they do when the key is not the cluster's key of client.glance, when the cluster \
+             has no client.glance, or when it has no mon caps (glance's user needs mon \
+             'profile rbd'); `ceph auth get client.glance` on the cluster shows its key and caps"
+        );
+        assert_eq!(
+            refused_connect(libc::EACCES, file(Key::Aes256k, None)),
+            expected
+        );
+        assert_eq!(
+            refused_connect(libc::EACCES, file(Key::Aes, None)),
+            format!(
+                "{expected}; a Ceph 20 (Tentacle) cluster also refuses legacy aes keys such as \
+                 this one unless its monitors allow them (`ceph mon set auth_allowed_ciphers \
+                 aes,aes256k`; a new cluster allows aes256k alone)"
+            )
+        );
+        assert_eq!(
+            refused_connect(libc::EACCES, file(Key::Absent, None)),
+            format!(
+                "{PREFIX}Permission denied (errno 13): keyring \
+                 /etc/ceph/ceph.client.glance.keyring has no key for client.glance"
+            )
+        );
+        let unreadable = Keyring::Unreadable {
+            path: "/etc/ceph/ceph.client.glance.keyring".into(),
+            reason: "Permission denied".into(),
+        };
+        assert_eq!(
+            refused_connect(libc::EACCES, unreadable),
+            format!(
+                "{PREFIX}Permission denied (errno 13): keyring \
+                 /etc/ceph/ceph.client.glance.keyring of client.glance cannot be read by this \
+                 process: Permission denied"
+            )
+        );
+        let missing = Keyring::Missing {
+            searched: "/etc/ceph/ceph.client.glance.keyring, /etc/ceph/ceph.keyring".into(),
+        };
+        assert_eq!(
+            refused_connect(libc::ENOENT, missing),
+            format!(
+                "{PREFIX}No such file or directory (errno 2): no keyring for client.glance: \
+                 none of /etc/ceph/ceph.client.glance.keyring, /etc/ceph/ceph.keyring exists"
+            )
+        );
+    }
+
+    #[test]
+    fn the_keyring_is_not_blamed_for_what_it_has_no_part_in() {
+        assert_eq!(
+            refused_connect(libc::ETIMEDOUT, file(Key::Aes256k, None)),
+            format!("{PREFIX}Connection timed out (errno 110)")
+        );
+        assert_eq!(
+            refused_connect(libc::EACCES, Keyring::Elsewhere),
+            format!("{PREFIX}Permission denied (errno 13)")
         );
     }
 
