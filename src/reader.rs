@@ -14,6 +14,7 @@ use crate::exceptions::{OrRaise, to_python};
 use crate::{detach, process};
 use glance_rbd_core::error::Error;
 use glance_rbd_core::rbd::cluster::{Cluster, ConnectOptions};
+use glance_rbd_core::rbd::pool::RbdPool;
 use glance_rbd_core::sync;
 use glance_rbd_core::transfer::check_arguments;
 use glance_rbd_core::transfer::download::{Destination, Download, DownloadOptions};
@@ -117,7 +118,9 @@ impl RbdReader {
             max_in_flight,
         };
         let download = detach::run(py, |_poll| {
-            Download::open(&Cluster::shared(&connect)?, &options)
+            Cluster::shared(&connect)?.start_transfer(|cluster| {
+                Download::open(RbdPool::open(cluster, &options.pool)?, &options)
+            })
         })?;
         Ok(RbdReader {
             size: download.size(),

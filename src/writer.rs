@@ -11,6 +11,7 @@ use crate::exceptions::{OrRaise, to_python};
 use crate::{buffer, detach, logbridge, process};
 use glance_rbd_core::error::{Error, Result};
 use glance_rbd_core::rbd::cluster::{Cluster, ConnectOptions};
+use glance_rbd_core::rbd::pool::RbdPool;
 use glance_rbd_core::sync;
 use glance_rbd_core::transfer::upload::{Summary, Upload, UploadOptions};
 use glance_rbd_core::transfer::{check_arguments, digest};
@@ -70,7 +71,10 @@ impl RbdWriter {
         let (upload, fsid) = py
             .detach(|| -> Result<_> {
                 let cluster = Cluster::shared(&connect)?;
-                Ok((Upload::start(&cluster, options)?, cluster.fsid().to_owned()))
+                let upload = cluster.start_transfer(|cluster| {
+                    Upload::start(RbdPool::open(cluster, &options.pool)?, options.clone())
+                })?;
+                Ok((upload, cluster.fsid().to_owned()))
             })
             .or_raise()?;
         Ok(RbdWriter {

@@ -11,9 +11,25 @@
 use std::sync::Arc;
 
 use glance_rbd_core::{
-    Buffer, Cluster, ConnectOptions, Destination, Download, DownloadOptions, Error, Upload,
-    UploadOptions, id_of, remove_with_snapshot,
+    Buffer, Cluster, ConnectOptions, Destination, Download, DownloadOptions, Error, RbdPool,
+    Upload, UploadOptions, id_of, remove_with_snapshot,
 };
+
+/// An upload on `cluster`, as the extension starts one.
+fn start_upload(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload, Error> {
+    cluster.start_transfer(|cluster| {
+        Upload::start(RbdPool::open(cluster, &options.pool)?, options.clone())
+    })
+}
+
+/// A download on `cluster`, as the extension starts one.
+fn open_download<D: Destination>(
+    cluster: &Arc<Cluster>,
+    options: &DownloadOptions,
+) -> Result<Download<D>, Error> {
+    cluster
+        .start_transfer(|cluster| Download::open(RbdPool::open(cluster, &options.pool)?, options))
+}
 
 fn options(pool: &str, image: &str, size: u64) -> UploadOptions {
     UploadOptions {
@@ -87,7 +103,7 @@ fn main() -> Result<(), Error> {
 
     // Finished upload of unknown size: grows, trims, snapshots. Read back below, then removed.
     let finished = format!("memcheck-{pid}-finished");
-    let mut upload = Upload::start(&cluster, options(&pool, &finished, 0))?;
+    let mut upload = start_upload(&cluster, options(&pool, &finished, 0))?;
     let mut expected = Vec::new();
     for seed in 0..6 {
         upload.write(chunk(1 << 20, seed), no_signals)?;
@@ -103,7 +119,7 @@ fn main() -> Result<(), Error> {
 
     // Aborted with writes in flight.
     let name = format!("memcheck-{pid}-aborted");
-    let mut upload = Upload::start(&cluster, options(&pool, &name, 8 << 20))?;
+    let mut upload = start_upload(&cluster, options(&pool, &name, 8 << 20))?;
     upload.write(chunk(3 << 20, 1), no_signals)?;
     upload.abort(no_signals)?;
     upload.abort(no_signals)?;
@@ -111,35 +127,35 @@ fn main() -> Result<(), Error> {
 
     // Dropped unfinished: Drop drains and removes.
     let name = format!("memcheck-{pid}-dropped");
-    let mut upload = Upload::start(&cluster, options(&pool, &name, 0))?;
+    let mut upload = start_upload(&cluster, options(&pool, &name, 0))?;
     upload.write(chunk(2 << 20, 2), no_signals)?;
     drop(upload);
 
     // Known size overrun: the upload aborts itself.
     let name = format!("memcheck-{pid}-overrun");
-    let mut upload = Upload::start(&cluster, options(&pool, &name, 1000))?;
+    let mut upload = start_upload(&cluster, options(&pool, &name, 1000))?;
     assert!(upload.write(chunk(1001, 3), no_signals).is_err());
     assert!(!upload.is_open());
 
     // Errors that never create anything.
     let name = format!("memcheck-{pid}-exists");
-    let mut first = Upload::start(&cluster, options(&pool, &name, 4096))?;
+    let mut first = start_upload(&cluster, options(&pool, &name, 4096))?;
     assert!(matches!(
-        Upload::start(&cluster, options(&pool, &name, 4096)),
+        start_upload(&cluster, options(&pool, &name, 4096)),
         Err(Error::Ceph {
             errno: libc::EEXIST,
             ..
         })
     ));
     first.abort(no_signals)?;
-    assert!(Upload::start(&cluster, options("no-such-pool", "x", 0)).is_err());
+    assert!(start_upload(&cluster, options("no-such-pool", "x", 0)).is_err());
     let mut bad = options(&pool, "bad-digest", 0);
     bad.digests = vec!["shake_128".into()];
-    assert!(Upload::start(&cluster, bad).is_err());
+    assert!(start_upload(&cluster, bad).is_err());
     println!("lifecycle: write paths ran");
 
     // Read to the end at the snapshot, several reads in flight: the bytes written come back.
-    let mut download = Download::open(&cluster, &read_options(&pool, &finished, Some("snap")))?;
+    let mut download = open_download(&cluster, &read_options(&pool, &finished, Some("snap")))?;
     assert_eq!(download.size(), 11 << 20);
     let mut read = Vec::new();
     while let Some(Chunk(bytes)) = next(&mut download)? {
@@ -151,7 +167,7 @@ fn main() -> Result<(), Error> {
     drop(download);
 
     // Dropped mid-stream at the head, with reads still in flight: Drop waits for them.
-    let mut download = Download::open(&cluster, &read_options(&pool, &finished, None))?;
+    let mut download = open_download(&cluster, &read_options(&pool, &finished, None))?;
     assert!(next(&mut download)?.is_some());
     for len in download.wanted() {
         download.start(Chunk(vec![0; len]))?;
@@ -160,7 +176,7 @@ fn main() -> Result<(), Error> {
     drop(download);
 
     // Errors that never read anything.
-    let missing = Download::<Chunk>::open(&cluster, &read_options(&pool, "no-such-image", None));
+    let missing = open_download::<Chunk>(&cluster, &read_options(&pool, "no-such-image", None));
     assert!(matches!(
         missing,
         Err(Error::Ceph {
@@ -169,11 +185,11 @@ fn main() -> Result<(), Error> {
         })
     ));
     let no_snapshot = read_options(&pool, &finished, Some("no-such-snap"));
-    assert!(Download::<Chunk>::open(&cluster, &no_snapshot).is_err());
+    assert!(open_download::<Chunk>(&cluster, &no_snapshot).is_err());
     let mut empty_chunks = read_options(&pool, &finished, None);
     empty_chunks.chunk_size = 0;
     assert!(matches!(
-        Download::<Chunk>::open(&cluster, &empty_chunks),
+        open_download::<Chunk>(&cluster, &empty_chunks),
         Err(Error::Usage(_))
     ));
     println!("lifecycle: read paths ran");

@@ -6,6 +6,7 @@
 //! crate at the repository's root) is built over this one.
 
 pub mod error;
+pub mod io;
 pub mod rbd;
 pub mod sync;
 pub mod transfer;
@@ -15,6 +16,7 @@ pub use error::{Error, Op, Target};
 pub use rbd::cluster::{Cluster, ConnectOptions, IoCtx};
 pub use rbd::completion::Poll;
 pub use rbd::image::{id_of, remove_with_snapshot};
+pub use rbd::pool::RbdPool;
 pub use transfer::download::{Destination, Download, DownloadOptions};
 pub use transfer::in_flight::Buffer;
 pub use transfer::upload::{Summary, Upload, UploadOptions};

@@ -259,7 +259,7 @@ impl Cluster {
     /// Runs `first`, the first operation of a transfer (the creation or the open of its image).
     /// A connection fenced while idle in the cache is replaced, and `first` runs again on the
     /// new one; a refusal drops the connection from the cache.
-    pub(crate) fn start_transfer<T>(
+    pub fn start_transfer<T>(
         self: &Arc<Self>,
         first: impl Fn(&Arc<Cluster>) -> Result<T>,
     ) -> Result<T> {
@@ -557,6 +557,10 @@ impl IoCtx {
 
     pub(crate) fn cluster(&self) -> &Arc<Cluster> {
         &self.cluster
+    }
+
+    pub(crate) fn pool(&self) -> &str {
+        &self.pool
     }
 
     /// `image` in this pool, acted on as this connection's entity: what errors name.

@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::ptr;
 use std::sync::Arc;
 
-use super::cluster::{Cluster, IoCtx, cstring};
+use super::cluster::{IoCtx, cstring};
 use super::ffi;
 use crate::error::{Error, Op, Result, Target, check};
 
@@ -197,7 +197,7 @@ pub(crate) struct Image {
     handle: ffi::RbdImage,
     target: Target,
     /// Kept alive while the image is open: librbd uses the ioctx until the image closes.
-    ioctx: Arc<IoCtx>,
+    _ioctx: Arc<IoCtx>,
 }
 
 // SAFETY: librbd image handles may be used from any thread; librbd serialises internally. This
@@ -229,7 +229,7 @@ impl Image {
         Ok(Image {
             handle,
             target,
-            ioctx,
+            _ioctx: ioctx,
         })
     }
 
@@ -259,10 +259,6 @@ impl Image {
 
     pub(crate) fn target(&self) -> &Target {
         &self.target
-    }
-
-    pub(crate) fn cluster(&self) -> &Arc<Cluster> {
-        self.ioctx.cluster()
     }
 
     pub(crate) fn resize(&self, size: u64) -> Result<()> {

@@ -8,4 +8,5 @@ pub(crate) mod ffi;
 pub(crate) mod image;
 pub mod keyring;
 pub(crate) mod omap;
+pub mod pool;
 pub(crate) mod signals;

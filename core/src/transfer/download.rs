@@ -12,10 +12,8 @@ use super::fence::{self, Fence};
 use super::progress::{Kind, Progress};
 use super::shares::{PROCESS, Share};
 use crate::error::{Error, Op, Result, check};
-use crate::rbd::cluster::Cluster;
-use crate::rbd::completion::{Completion, Poll};
-use crate::rbd::ffi;
-use crate::rbd::image::Image;
+use crate::io::{self, Image, Pool};
+use crate::rbd::completion::Poll;
 
 /// Memory librbd reads a chunk into.
 ///
@@ -40,17 +38,18 @@ pub struct DownloadOptions {
     pub max_in_flight: Option<usize>,
 }
 
-/// Fields drop in order: the completion waits for the read before its destination goes.
+/// Fields drop in order: the operation waits for the read before its destination goes.
 struct Pending<D> {
-    completion: Completion,
+    read: Box<dyn io::Pending>,
     offset: u64,
     destination: D,
 }
 
 /// One image read in order; see the module doc.
 pub struct Download<D: Destination> {
+    pool: Arc<dyn Pool>,
     /// None once abandoned: its client was fenced, and its reads left to librbd.
-    image: Option<Image>,
+    image: Option<Box<dyn Image>>,
     fence: Fence,
     size: u64,
     chunk_size: usize,
@@ -67,24 +66,17 @@ pub struct Download<D: Destination> {
 }
 
 impl<D: Destination> Download<D> {
-    /// Opens the image, at the snapshot if one is named; nothing is read yet.
-    pub fn open(cluster: &Arc<Cluster>, options: &DownloadOptions) -> Result<Self> {
-        cluster.start_transfer(|cluster| Self::open_image(cluster, options))
-    }
-
-    fn open_image(cluster: &Arc<Cluster>, options: &DownloadOptions) -> Result<Self> {
+    /// Opens the image in `pool` (`options.pool`), at the snapshot if one is named; nothing is
+    /// read yet.
+    pub fn open(pool: Arc<dyn Pool>, options: &DownloadOptions) -> Result<Self> {
         if options.chunk_size == 0 {
             return Err(Error::Usage("chunk_size must be at least 1 byte".into()));
         }
-        let ioctx = Arc::new(cluster.pool(&options.pool)?);
-        let image = Image::open(
-            Arc::clone(&ioctx),
-            &options.image,
-            options.snapshot.as_deref(),
-        )?;
+        let image = pool.open(&options.image, options.snapshot.as_deref())?;
         let size = image.size()?;
-        let fence = Fence::new(ioctx, &image.id()?, image.target().clone());
+        let fence = Fence::new(Arc::clone(&pool), &image.id()?, image.target().clone());
         Ok(Download {
+            pool,
             image: Some(image),
             fence,
             size,
@@ -132,23 +124,13 @@ impl<D: Destination> Download<D> {
                 self.next, self.reserved, self.size
             )));
         }
-        let image = self.image.as_ref().ok_or_else(abandoned)?;
-        let mut completion = Completion::new(image, Op::StartRead)?;
-        // SAFETY: the image is open; the destination is `len` writable bytes that stay in
-        // place in `Pending` until the completion has been waited for (`Destination`'s
-        // contract), and `Pending` drops the completion first.
-        let ret = unsafe {
-            ffi::rbd_aio_read(
-                image.handle(),
-                self.next,
-                len,
-                destination.as_mut_ptr().cast(),
-                completion.handle(),
-            )
-        };
-        completion.submitted(ret, Op::StartRead, image)?;
+        let image = self.image.as_deref().ok_or_else(abandoned)?;
+        // SAFETY: the destination is `len` writable bytes that stay in place in `Pending` until
+        // the read has completed (`Destination`'s contract), and `Pending` drops (and so waits
+        // for) the read first.
+        let read = unsafe { image.read(self.next, destination.as_mut_ptr(), len)? };
         self.queue.push_back(Pending {
-            completion,
+            read,
             offset: self.next,
             destination,
         });
@@ -160,11 +142,8 @@ impl<D: Destination> Download<D> {
 
     /// The next chunk, in order, once it has arrived; None at the end of the image.
     pub fn next_chunk(&mut self, poll: Poll) -> Result<Option<D>> {
-        self.read_next(poll).inspect_err(|err| {
-            if let Some(image) = &self.image {
-                image.cluster().forget_if_refused(err);
-            }
-        })
+        self.read_next(poll)
+            .inspect_err(|err| self.pool.forget_if_refused(err))
     }
 
     fn read_next(&mut self, poll: Poll) -> Result<Option<D>> {
@@ -175,7 +154,7 @@ impl<D: Destination> Download<D> {
             return Ok(None);
         };
         let fence = &mut self.fence;
-        let waited = oldest.completion.wait(&mut || {
+        let waited = oldest.read.wait(&mut || {
             poll()?;
             fence.check()
         });
@@ -211,11 +190,8 @@ impl<D: Destination> Download<D> {
         log::info!("abandoning the download: {why}");
         let pending = std::mem::take(&mut self.queue);
         let image = self.image.take();
-        if let Some(image) = image
-            .as_ref()
-            .filter(|_| why.errno() == Some(libc::ESHUTDOWN))
-        {
-            image.cluster().forget_fenced();
+        if why.errno() == Some(libc::ESHUTDOWN) {
+            self.pool.forget_fenced();
         }
         self.stop();
         fence::abandon(pending, image, "the reads in flight");
@@ -240,11 +216,9 @@ impl<D: Destination> Download<D> {
             .drain(..)
             .map(|pending| {
                 let Pending {
-                    completion,
-                    destination,
-                    ..
+                    read, destination, ..
                 } = pending;
-                drop(completion); // waits for the read
+                drop(read); // waits for the read
                 destination
             })
             .collect()

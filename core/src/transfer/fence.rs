@@ -10,22 +10,21 @@
 //! one probe runs at a time, so a cluster that does not answer holds one thread per stalled
 //! transfer, not more.
 
-use std::ffi::CString;
 use std::sync::mpsc::{Receiver, TryRecvError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::background;
 use crate::error::{Error, Result, Target};
-use crate::rbd::cluster::IoCtx;
+use crate::io::Pool;
 use crate::sync;
 
 /// How long a wait goes without a completion before the first probe, and between probes.
 const PROBE_AFTER: Duration = Duration::from_secs(3);
 
 pub(crate) struct Fence {
-    ioctx: Arc<IoCtx>,
-    header: CString,
+    pool: Arc<dyn Pool>,
+    image_id: String,
     target: Target,
     /// When the current wait began, if it has not seen progress since.
     stalled_since: Option<Instant>,
@@ -35,11 +34,11 @@ pub(crate) struct Fence {
 }
 
 impl Fence {
-    /// A watch on the transfer of image `target` (of id `image_id`) through `ioctx`.
-    pub(crate) fn new(ioctx: Arc<IoCtx>, image_id: &str, target: Target) -> Fence {
+    /// A watch on the transfer of image `target` (of id `image_id`) through `pool`.
+    pub(crate) fn new(pool: Arc<dyn Pool>, image_id: &str, target: Target) -> Fence {
         Fence {
-            ioctx,
-            header: CString::new(format!("rbd_header.{image_id}")).unwrap_or_default(),
+            pool,
+            image_id: image_id.to_owned(),
             target,
             stalled_since: None,
             probe: None,
@@ -74,15 +73,9 @@ impl Fence {
         }
         self.next_probe = Some(now + PROBE_AFTER);
         let (send, answer) = channel();
-        let (ioctx, header) = (Arc::clone(&self.ioctx), self.header.clone());
+        let (pool, id) = (Arc::clone(&self.pool), self.image_id.clone());
         let spawned = background::spawn("rbd-fence-probe".into(), move || {
-            let (mut size, mut mtime) = (0u64, 0 as libc::time_t);
-            // SAFETY: the ioctx stays alive in this closure; header is NUL-terminated; size
-            // and mtime are out-parameters on this stack.
-            let ret = unsafe {
-                ceph::rados::rados_stat(ioctx.handle(), header.as_ptr(), &mut size, &mut mtime)
-            };
-            let _ = send.send(ret);
+            let _ = send.send(pool.probe(&id));
         });
         if spawned.is_ok() {
             self.probe = Some(answer);

@@ -9,17 +9,16 @@ use super::background;
 use super::fence::{self, Fence};
 use super::progress::Progress;
 use crate::error::{Error, Op, Result, check};
-use crate::rbd::completion::{Completion, POLL_INTERVAL, Poll};
-use crate::rbd::ffi;
-use crate::rbd::image::Image;
+use crate::io::{self, Image};
+use crate::rbd::completion::{POLL_INTERVAL, Poll};
 use crate::sync;
 
 /// Bytes that stay readable until librbd is done with them.
 pub type Buffer = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
-/// Fields drop in order: the completion waits for the write before the buffer goes.
+/// Fields drop in order: the operation waits for the write before the buffer goes.
 struct Pending {
-    completion: Completion,
+    write: Box<dyn io::Pending>,
     offset: u64,
     len: usize,
     // Kept alive until the write completes: librbd reads from it until then.
@@ -57,9 +56,9 @@ impl InFlight {
     }
 
     /// Releases the writes at the front that have completed, without waiting.
-    pub(crate) fn reap_completed(&mut self, image: &Image) -> Result<()> {
+    pub(crate) fn reap_completed(&mut self, image: &dyn Image) -> Result<()> {
         while let Some(oldest) = self.queue.front() {
-            if !oldest.completion.is_done() {
+            if !oldest.write.is_done() {
                 break;
             }
             self.reap_oldest(image, &mut || Ok(()))?;
@@ -71,7 +70,7 @@ impl InFlight {
     /// bytes in flight. A write larger than that is sent alone, with nothing else in flight.
     pub(crate) fn submit(
         &mut self,
-        image: &Image,
+        image: &dyn Image,
         offset: u64,
         buffer: &Buffer,
         range: Range<usize>,
@@ -82,21 +81,12 @@ impl InFlight {
         while !self.queue.is_empty() && self.bytes + len > limit {
             self.reap_oldest(image, poll)?;
         }
-        let mut completion = Completion::new(image, Op::StartWrite)?;
         let data = &(**buffer).as_ref()[range];
-        // SAFETY: the image is open; data stays alive in `Pending` until the write completes.
-        let ret = unsafe {
-            ffi::rbd_aio_write(
-                image.handle(),
-                offset,
-                len,
-                data.as_ptr().cast(),
-                completion.handle(),
-            )
-        };
-        completion.submitted(ret, Op::StartWrite, image)?;
+        // SAFETY: data stays alive, unchanged, in `Pending` until the write completes: the
+        // buffer is held there, and dropping a `Pending` waits for its write first.
+        let write = unsafe { image.write(offset, data)? };
         self.queue.push_back(Pending {
-            completion,
+            write,
             offset,
             len,
             _buffer: Arc::clone(buffer),
@@ -107,7 +97,7 @@ impl InFlight {
 
     /// Waits for every write in flight; the first failure is returned once all are done. A
     /// fenced client's is returned at once, the rest left in flight (`abandon`).
-    pub(crate) fn drain(&mut self, image: &Image, poll: Poll) -> Result<()> {
+    pub(crate) fn drain(&mut self, image: &dyn Image, poll: Poll) -> Result<()> {
         let mut first_error = None;
         while !self.queue.is_empty() {
             match self.reap_oldest(image, poll) {
@@ -124,7 +114,7 @@ impl InFlight {
 
     /// Leaves the writes still in flight, and `image` after them, to a thread that waits for
     /// them: the client was fenced, and they may never complete.
-    pub(crate) fn abandon(&mut self, image: Option<Image>) {
+    pub(crate) fn abandon(&mut self, image: Option<Box<dyn Image>>) {
         let pending = std::mem::take(&mut self.queue);
         if !pending.is_empty() {
             log::debug!(
@@ -144,16 +134,16 @@ impl InFlight {
     /// image on its thread (`None` comes back). Otherwise the image comes back with the result.
     pub(crate) fn guarded<T: Send + 'static>(
         &mut self,
-        image: Image,
-        call: impl FnOnce(&Image) -> Result<T> + Send + 'static,
-    ) -> (Option<Image>, Result<T>) {
+        image: Box<dyn Image>,
+        call: impl FnOnce(&dyn Image) -> Result<T> + Send + 'static,
+    ) -> (Option<Box<dyn Image>>, Result<T>) {
         let (send, answer) = std::sync::mpsc::channel();
         let held = Arc::new(std::sync::Mutex::new(Some(image)));
         let inner = Arc::clone(&held);
         let spawned = background::spawn("rbd-sync-call".into(), move || {
             let image = sync::lock(&inner).take();
             if let Some(image) = image {
-                let result = call(&image);
+                let result = call(&*image);
                 let _ = send.send((image, result));
             }
         });
@@ -188,12 +178,12 @@ impl InFlight {
     }
 
     /// Waits for the oldest write and releases it; its error, if it failed.
-    pub(crate) fn reap_oldest(&mut self, image: &Image, poll: Poll) -> Result<()> {
+    pub(crate) fn reap_oldest(&mut self, image: &dyn Image, poll: Poll) -> Result<()> {
         let Some(oldest) = self.queue.front() else {
             return Ok(());
         };
         let fence = &mut self.fence;
-        let ret = oldest.completion.wait(&mut || {
+        let ret = oldest.write.wait(&mut || {
             poll()?;
             fence.check()
         })?;
@@ -216,7 +206,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     /// Buffers must outlive librbd's use of them, whatever path dropped the queue: the oldest
-    /// goes first, each completion waiting for its write before its buffer is dropped.
+    /// goes first, each operation waiting for its write before its buffer is dropped.
     fn drop(&mut self) {
         while let Some(pending) = self.queue.pop_front() {
             drop(pending);

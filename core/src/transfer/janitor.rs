@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::background;
 use super::mark::Mark;
 use crate::error::Error;
-use crate::rbd::image::{self, Image};
+use crate::io::Image;
 use crate::sync;
 
 const FIRST_RETRY: Duration = Duration::from_secs(2);
@@ -21,7 +21,7 @@ const LAST_RETRY: Duration = Duration::from_secs(10);
 
 struct Leftover {
     /// Still open: closing releases the exclusive lock, which waits on the cluster too.
-    open: Option<Image>,
+    open: Option<Box<dyn Image>>,
     /// The upload's mark: it names the pool and the image, and is cleared once the image goes.
     mark: Mark,
     id: String,
@@ -37,7 +37,7 @@ static QUEUE: Mutex<Option<(u32, Sender<Leftover>)>> = Mutex::new(None);
 /// Queues the image of `mark` (of id `id`) for removal in the background, closing `open` first
 /// if given; `reason` says why it was not removed at once.
 pub(crate) fn remove_later(
-    open: Option<Image>,
+    open: Option<Box<dyn Image>>,
     mark: Mark,
     id: &str,
     snapshot: Option<&str>,
@@ -45,7 +45,7 @@ pub(crate) fn remove_later(
 ) {
     log::warn!(
         "could not remove {} ({reason}); retrying in the background",
-        mark.ioctx().target(mark.image())
+        mark.pool().target(mark.image())
     );
     let leftover = Leftover {
         open,
@@ -92,10 +92,10 @@ fn run(queue: Receiver<Leftover>) {
             if leftover.next_try > now {
                 return true;
             }
-            let (ioctx, name) = (leftover.mark.ioctx(), leftover.mark.image());
-            let target = ioctx.target(name);
+            let (pool, name) = (leftover.mark.pool(), leftover.mark.image());
+            let target = pool.target(name);
             let snapshot = leftover.snapshot.as_deref();
-            let removed = image::remove_with_snapshot(ioctx, name, &leftover.id, snapshot);
+            let removed = pool.remove(name, &leftover.id, snapshot);
             match removed {
                 Ok(()) => {
                     leftover.mark.clear();

@@ -20,8 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Op};
-use crate::rbd::cluster::IoCtx;
-use crate::rbd::omap::{self, Entry};
+use crate::io::Pool;
 
 /// The index object, one per pool. Its format is read by python/glance_rbd_native/leftovers.
 pub(crate) const INDEX: &str = "glance_rbd_native.uploads";
@@ -30,7 +29,7 @@ pub(crate) const INDEX: &str = "glance_rbd_native.uploads";
 const REFRESH: Duration = Duration::from_secs(5);
 
 pub(crate) struct Mark {
-    ioctx: Arc<IoCtx>,
+    pool: Arc<dyn Pool>,
     image: String,
     /// The JSON fields that do not change: who writes, since when, the declared size.
     fixed: String,
@@ -42,22 +41,22 @@ pub(crate) struct Mark {
 impl Mark {
     /// Marks `image` (open, of id `image_id`, and `size` bytes or 0 when unknown) as written by
     /// this process.
-    pub(crate) fn set(ioctx: Arc<IoCtx>, image: &str, image_id: &str, size: u64) -> Mark {
+    pub(crate) fn set(pool: Arc<dyn Pool>, image: &str, image_id: &str, size: u64) -> Mark {
         let mut fixed = String::from("{");
         for (key, value) in writer() {
             let _ = write!(fixed, "\"{key}\":{value},");
         }
-        let cluster = ioctx.cluster();
         // The client's global id names its watch on the image; its address is what fencing
         // blocklists.
-        let _ = write!(fixed, "\"client\":{},", cluster.instance_id());
-        if let Some(addr) = cluster.address() {
+        let (client, address) = pool.client();
+        let _ = write!(fixed, "\"client\":{client},");
+        if let Some(addr) = address {
             let _ = write!(fixed, "\"addr\":{},", json_string(&addr));
         }
         let _ = write!(fixed, "\"image_id\":{},", json_string(image_id));
         let _ = write!(fixed, "\"started\":{:.3},\"size\":{size}", unix_now());
         let mut mark = Mark {
-            ioctx,
+            pool,
             image: image.to_owned(),
             fixed,
             refreshed: Instant::now(),
@@ -86,26 +85,18 @@ impl Mark {
     /// Removes the mark, if it is still this writer's: the upload is finished, or its image
     /// removed.
     pub(crate) fn clear(&mut self) {
-        let ioctx = Arc::clone(&self.ioctx);
-        self.clear_through(&ioctx);
+        let pool = Arc::clone(&self.pool);
+        self.clear_through(&*pool);
     }
 
-    /// As `clear`, through `ioctx` (of the same pool): the writer's own connection was fenced.
-    pub(crate) fn clear_through(&mut self, ioctx: &IoCtx) {
+    /// As `clear`, through `pool` (the same pool, another connection): the writer's own
+    /// connection was fenced.
+    pub(crate) fn clear_through(&mut self, pool: &dyn Pool) {
         let Some(written) = self.written.take() else {
             return;
         };
-        let target = ioctx.target(&self.image);
-        match omap::remove(
-            Entry {
-                ioctx,
-                object: INDEX,
-                key: &self.image,
-            },
-            Some(&written),
-            Op::Unmark,
-            &target,
-        ) {
+        let target = pool.target(&self.image);
+        match pool.omap_remove(INDEX, &self.image, Some(&written), Op::Unmark, &target) {
             Ok(()) => {}
             Err(err) if is_taken(&err) => self.taken(),
             Err(err) => log::warn!("{err}"),
@@ -118,14 +109,11 @@ impl Mark {
             self.fixed,
             unix_now()
         );
-        let target = self.ioctx.target(&self.image);
+        let target = self.pool.target(&self.image);
         let expect = self.written.clone();
-        let set = omap::set(
-            Entry {
-                ioctx: &self.ioctx,
-                object: INDEX,
-                key: &self.image,
-            },
+        let set = self.pool.omap_set(
+            INDEX,
+            &self.image,
             &value,
             expect.as_deref(),
             Op::Mark,
@@ -147,7 +135,7 @@ impl Mark {
     /// Hands the mark over to the janitor, which clears it once the image is gone.
     pub(crate) fn hand_over(&mut self) -> Mark {
         Mark {
-            ioctx: Arc::clone(&self.ioctx),
+            pool: Arc::clone(&self.pool),
             image: self.image.clone(),
             fixed: self.fixed.clone(),
             refreshed: self.refreshed,
@@ -155,8 +143,8 @@ impl Mark {
         }
     }
 
-    pub(crate) fn ioctx(&self) -> &Arc<IoCtx> {
-        &self.ioctx
+    pub(crate) fn pool(&self) -> &Arc<dyn Pool> {
+        &self.pool
     }
 
     pub(crate) fn image(&self) -> &str {
@@ -169,7 +157,7 @@ impl Mark {
         log::warn!(
             "the mark of {} was changed or removed by another process (`glance-rbd-native \
              sweep`, or an upload of the same image): left as it is",
-            self.ioctx.target(&self.image)
+            self.pool.target(&self.image)
         );
     }
 }

@@ -14,15 +14,11 @@ use super::progress::{Kind, Progress, Wait};
 use super::shares::PROCESS;
 use super::zeros;
 use crate::error::{Error, Result, Target};
-use crate::rbd::cluster::{Cluster, IoCtx};
+use crate::io::{Image, Pool};
 use crate::rbd::completion::Poll;
-use crate::rbd::image::{self, Image};
 
 /// librbd keeps sizes as signed 64-bit in places; larger sizes wrap instead of failing.
 const MAX_IMAGE_SIZE: u64 = i64::MAX as u64;
-
-/// librbd's `RBD_FEATURE_LAYERING`, used when the cluster sets no default features (as glance does).
-const FEATURE_LAYERING: u64 = 1;
 
 /// Unknown-size images grow by their current size, within these bounds: few resizes for large
 /// uploads (each one waits for the writes in flight), little to trim for small ones.
@@ -68,9 +64,9 @@ fn grown_size(current: u64, needed: u64, object_size: u64) -> u64 {
 /// One image being written; see the module doc.
 pub struct Upload {
     options: UploadOptions,
-    ioctx: Arc<IoCtx>,
+    pool: Arc<dyn Pool>,
     /// Open while the upload runs; None once finished or aborted.
-    image: Option<Image>,
+    image: Option<Box<dyn Image>>,
     /// What removal acts on: the name may go to another image.
     image_id: String,
     in_flight: InFlight,
@@ -90,12 +86,9 @@ pub struct Upload {
 }
 
 impl Upload {
-    /// Creates and opens the image. An image that already exists is left untouched.
-    pub fn start(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {
-        cluster.start_transfer(|cluster| Self::create(cluster, options.clone()))
-    }
-
-    fn create(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload> {
+    /// Creates and opens the image in `pool` (`options.pool`). An image that already exists is
+    /// left untouched.
+    pub fn start(pool: Arc<dyn Pool>, options: UploadOptions) -> Result<Upload> {
         if options.size > MAX_IMAGE_SIZE {
             return Err(Error::Usage(format!(
                 "size {} is larger than any RBD image can be ({MAX_IMAGE_SIZE} bytes)",
@@ -109,27 +102,14 @@ impl Upload {
             )));
         }
         let digests = Digests::start(&options.digests)?;
-        let ioctx = Arc::new(cluster.pool(&options.pool)?);
-        let features = default_features(cluster);
-        log::debug!(
-            "creating {} with order {}, size {} and features {features}",
-            Target::image(&options.pool, &options.image),
-            options.order,
-            options.size
-        );
-        image::create(
-            &ioctx,
-            &options.image,
-            options.size,
-            features,
-            options.order,
-        )?;
+        pool.create(&options.image, options.size, options.order)?;
         // The image exists from here on: failing to open it must not leave it behind.
-        let image = match Image::open(Arc::clone(&ioctx), &options.image, None) {
+        let image = match pool.open(&options.image, None) {
             Ok(image) => image,
             Err(err) => {
-                let removed = image::id_of(&ioctx, &options.image)
-                    .and_then(|id| image::remove(&ioctx, &options.image, &id));
+                let removed = pool
+                    .image_id(&options.image)
+                    .and_then(|id| pool.remove(&options.image, &id, None));
                 if let Err(cleanup) = removed {
                     log::warn!("could not remove the new image after a failed open: {cleanup}");
                 }
@@ -141,19 +121,20 @@ impl Upload {
             Ok(id) => id,
             Err(err) => {
                 drop(image);
-                let _ = image::id_of(&ioctx, &options.image)
-                    .and_then(|id| image::remove(&ioctx, &options.image, &id));
+                let _ = pool
+                    .image_id(&options.image)
+                    .and_then(|id| pool.remove(&options.image, &id, None));
                 return Err(err);
             }
         };
         // Open first: a marked image always has its writer's watch while the writer lives.
-        let mark = Mark::set(Arc::clone(&ioctx), &options.image, &image_id, options.size);
+        let mark = Mark::set(Arc::clone(&pool), &options.image, &image_id, options.size);
         let progress =
             Progress::register(Kind::Upload, &options.pool, &options.image, options.size);
         Ok(Upload {
             in_flight: InFlight::new(
                 progress.clone(),
-                Fence::new(Arc::clone(&ioctx), &image_id, image.target().clone()),
+                Fence::new(Arc::clone(&pool), &image_id, image.target().clone()),
             ),
             digests,
             budget: Budget::new(PROCESS.join(options.max_in_flight)),
@@ -161,7 +142,7 @@ impl Upload {
             progress,
             image_size: options.size,
             options,
-            ioctx,
+            pool,
             image: Some(image),
             image_id,
             written: 0,
@@ -214,7 +195,7 @@ impl Upload {
     }
 
     fn write_at(&mut self, buffer: Buffer, poll: Poll) -> Result<()> {
-        let image = self.image.as_ref().ok_or_else(closed)?;
+        let image = self.image.as_deref().ok_or_else(closed)?;
         let len = (*buffer).as_ref().len();
         // Room first: the writes reaped here and the digests finished elsewhere free it.
         loop {
@@ -242,7 +223,7 @@ impl Upload {
             self.image_size = new_size;
             self.summary.resizes += 1;
         }
-        let image = self.image.as_ref().ok_or_else(closed)?;
+        let image = self.image.as_deref().ok_or_else(closed)?;
         let ranges = if self.options.thin {
             zeros::data_ranges(data, offset)
         } else {
@@ -279,10 +260,10 @@ impl Upload {
     }
 
     fn finish_inner(&mut self, poll: Poll) -> Result<Summary> {
-        let image = self.image.as_ref().ok_or_else(closed)?;
+        let image = self.image.as_deref().ok_or_else(closed)?;
         self.in_flight.drain(image, poll)?;
         self.summary.digests = self.digests.finish()?;
-        self.sync_call(Image::flush)?;
+        self.sync_call(|image| image.flush())?;
         if self.options.size == 0 && self.image_size != self.written {
             let started = Instant::now();
             let written = self.written;
@@ -319,7 +300,7 @@ impl Upload {
     /// outlive librbd's use of them; calling abort again picks up where it stopped.
     pub fn abort(&mut self, poll: Poll) -> Result<()> {
         let _call = self.progress.call();
-        let Some(image) = self.image.as_ref() else {
+        let Some(image) = self.image.as_deref() else {
             return Ok(());
         };
         match self.in_flight.drain(image, poll) {
@@ -340,7 +321,6 @@ impl Upload {
             .snapshot
             .as_deref()
             .filter(|_| self.snapshot_made);
-        let ioctx = Arc::clone(&self.ioctx);
         let name = &self.options.image;
         if self.remove_later {
             // Closing would wait on the timed-out cluster as well: the janitor does both, and
@@ -357,7 +337,7 @@ impl Upload {
         }
         // Closed first: the exclusive lock goes with it, so removal can follow.
         drop(image);
-        match image::remove_with_snapshot(&ioctx, name, &self.image_id, snapshot) {
+        match self.pool.remove(name, &self.image_id, snapshot) {
             // Closed, the image may be swept by `glance-rbd-native sweep` before this removal
             // (ENOENT), and its name given to a new image (ESTALE, which is left alone).
             Ok(())
@@ -389,28 +369,24 @@ impl Upload {
         self.progress.end();
         self.digests.stop();
         let name = self.options.image.clone();
-        let cluster = self.ioctx.cluster();
         let connection = if why.errno() == Some(libc::ESHUTDOWN) {
-            cluster.replace_fenced()
+            self.pool.reconnect()
         } else {
-            Ok(Arc::clone(cluster))
+            Ok(Arc::clone(&self.pool))
         };
-        let cleaned = connection
-            .and_then(|cluster| cluster.pool(&self.options.pool))
-            .and_then(|ioctx| {
-                let ioctx = Arc::new(ioctx);
-                let snapshot = self
-                    .options
-                    .snapshot
-                    .as_deref()
-                    .filter(|_| self.snapshot_made);
-                let removed = match why.errno() {
-                    Some(libc::ENOENT) => Ok(()), // removed by whoever fenced it
-                    _ => image::remove_with_snapshot(&ioctx, &name, &self.image_id, snapshot),
-                };
-                self.mark.clear_through(&ioctx);
-                removed
-            });
+        let cleaned = connection.and_then(|pool| {
+            let snapshot = self
+                .options
+                .snapshot
+                .as_deref()
+                .filter(|_| self.snapshot_made);
+            let removed = match why.errno() {
+                Some(libc::ENOENT) => Ok(()), // removed by whoever fenced it
+                _ => pool.remove(&name, &self.image_id, snapshot),
+            };
+            self.mark.clear_through(&*pool);
+            removed
+        });
         match cleaned {
             Ok(())
             | Err(Error::Ceph {
@@ -429,7 +405,7 @@ impl Upload {
     /// for good (`InFlight::guarded`). Fenced, the image stays with the call.
     fn sync_call<T: Send + 'static>(
         &mut self,
-        call: impl FnOnce(&Image) -> Result<T> + Send + 'static,
+        call: impl FnOnce(&dyn Image) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let image = self.image.take().ok_or_else(closed)?;
         let (back, result) = self.in_flight.guarded(image, call);
@@ -454,7 +430,7 @@ impl Upload {
             self.interrupted = true;
             return err;
         }
-        self.ioctx.cluster().forget_if_refused(&err);
+        self.pool.forget_if_refused(&err);
         if fence::is_fenced(&err) {
             self.abandon(&err);
             return err;
@@ -488,17 +464,6 @@ impl Drop for Upload {
 
 fn closed() -> Error {
     Error::Usage("the writer is closed: it was finished or aborted".into())
-}
-
-/// The cluster's `rbd_default_features`, as glance reads them; layering when unset or zero.
-fn default_features(cluster: &Cluster) -> u64 {
-    match cluster
-        .conf_get("rbd_default_features")
-        .map(|v| v.trim().parse::<u64>())
-    {
-        Ok(Ok(features)) if features != 0 => features,
-        _ => FEATURE_LAYERING,
-    }
 }
 
 #[cfg(test)]
