@@ -7,6 +7,8 @@
 
 pub mod error;
 pub mod io;
+#[cfg(test)]
+mod memory;
 pub mod rbd;
 pub mod sync;
 pub mod transfer;

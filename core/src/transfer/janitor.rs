@@ -14,10 +14,11 @@ use crate::error::Error;
 use crate::io::Image;
 use crate::sync;
 
-const FIRST_RETRY: Duration = Duration::from_secs(2);
+const FIRST_RETRY: Duration = Duration::from_millis(if cfg!(test) { 20 } else { 2000 });
 /// The longest wait between two tries: once the cluster is back, the image goes within it. A
 /// try costs one round trip (or one librados timeout while the cluster is away).
-const LAST_RETRY: Duration = Duration::from_secs(10);
+/// (`cargo test`'s in-memory cluster comes back at once: shorter waits there.)
+const LAST_RETRY: Duration = Duration::from_millis(if cfg!(test) { 100 } else { 10_000 });
 
 struct Leftover {
     /// Still open: closing releases the exclusive lock, which waits on the cluster too.

@@ -14,6 +14,9 @@ pub mod shares;
 pub mod upload;
 pub mod zeros;
 
+#[cfg(test)]
+mod scenarios;
+
 use crate::error::{Error, Result};
 
 /// What an upload or a download refuses before it connects: no image name, or a bound of its
