@@ -1,7 +1,7 @@
 //! Native work with the interpreter detached: the GIL rule of the Python classes.
 //!
 //! Every librbd call, every wait and every lock of an upload or a download happens inside
-//! `py.detach`; waits re-attach briefly, every 100 ms (`rbd::completion::POLL_INTERVAL`), only
+//! `py.detach`; waits re-attach briefly, every 100 ms (`wait::POLL_INTERVAL`), only
 //! to let Python run its signal handlers, so Ctrl-C ends a stuck wait.
 
 use pyo3::prelude::*;

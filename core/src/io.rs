@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Op, Result, Target};
-use crate::rbd::completion::Poll;
+use crate::wait::Poll;
 
 /// One pool of one cluster connection, as a transfer uses it.
 pub trait Pool: Send + Sync + 'static {

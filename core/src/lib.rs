@@ -12,13 +12,14 @@ mod memory;
 pub mod rbd;
 pub mod sync;
 pub mod transfer;
+pub mod wait;
 
 // What the memcheck program (examples/lifecycle.rs) drives under valgrind, at the crate's root.
 pub use error::{Error, Op, Target};
 pub use rbd::cluster::{Cluster, ConnectOptions, IoCtx};
-pub use rbd::completion::Poll;
 pub use rbd::image::{id_of, remove_with_snapshot};
 pub use rbd::pool::RbdPool;
 pub use transfer::download::{Destination, Download, DownloadOptions};
 pub use transfer::in_flight::Buffer;
 pub use transfer::upload::{Summary, Upload, UploadOptions};
+pub use wait::Poll;

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Op, Result, Target};
 use crate::io::{self, Image, Pool};
-use crate::rbd::completion::{Poll, wait_until};
 use crate::sync;
+use crate::wait::{Poll, wait_until};
 
 /// What goes wrong, and when. Operations are counted from the cluster's start, 1 first.
 #[derive(Default)]

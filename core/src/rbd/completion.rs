@@ -1,5 +1,4 @@
-//! One asynchronous librbd operation (`Completion`), and `wait_until`, the wait of every
-//! operation and of an upload's budget, which the caller can cut short.
+//! One asynchronous librbd operation (`Completion`).
 //!
 //! Completion callbacks run on librbd's threads: they only store the result and wake the waiter.
 //! They never log, allocate or touch Python.
@@ -7,18 +6,12 @@
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
 
 use super::ffi;
 use super::image::Image;
 use crate::error::{Error, Op, Result};
 use crate::sync;
-
-/// Called while a wait blocks, every `POLL_INTERVAL`: an error ends the wait (a signal, say).
-pub type Poll<'a> = &'a mut dyn FnMut() -> Result<()>;
-
-/// How often a blocked wait asks its `Poll` whether to give up.
-pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(100);
+use crate::wait::{Poll, wait_until};
 
 /// One operation's result, filled in by the completion callback.
 #[derive(Default)]
@@ -110,26 +103,4 @@ unsafe extern "C" fn on_complete(completion: ffi::RbdCompletion, arg: *mut c_voi
     let mut result = sync::lock(&slot.result);
     *result = Some(ret);
     slot.done.notify_all();
-}
-
-/// Waits on `signal` until `ready(value)` holds, calling `poll` every `POLL_INTERVAL` with the
-/// lock released; `poll`'s error ends the wait. Every wait on librbd or on an upload's budget
-/// goes through here.
-pub(crate) fn wait_until<T: Copy>(
-    value: &Mutex<T>,
-    signal: &Condvar,
-    ready: impl Fn(&T) -> bool,
-    poll: Poll,
-) -> Result<T> {
-    let mut guard = sync::lock(value);
-    while !ready(&guard) {
-        let (next, timeout) = sync::wait_timeout(signal, guard, POLL_INTERVAL);
-        guard = next;
-        if timeout.timed_out() && !ready(&guard) {
-            drop(guard);
-            poll()?;
-            guard = sync::lock(value);
-        }
-    }
-    Ok(*guard)
 }

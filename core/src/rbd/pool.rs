@@ -5,12 +5,13 @@ use std::ffi::CString;
 use std::sync::Arc;
 
 use super::cluster::{Cluster, IoCtx};
-use super::completion::{Completion, Poll};
+use super::completion::Completion;
 use super::ffi;
 use super::image::{self, Image};
 use super::omap::{self, Entry};
 use crate::error::{Error, Op, Result, Target};
 use crate::io;
+use crate::wait::Poll;
 
 /// librbd's `RBD_FEATURE_LAYERING`, used when the cluster sets no default features (as glance does).
 const FEATURE_LAYERING: u64 = 1;

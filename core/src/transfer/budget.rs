@@ -7,8 +7,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use super::in_flight::Buffer;
 use super::shares::Share;
 use crate::error::Result;
-use crate::rbd::completion::{Poll, wait_until};
 use crate::sync;
+use crate::wait::{Poll, wait_until};
 
 pub(crate) struct Budget {
     held: Mutex<usize>,

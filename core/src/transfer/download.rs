@@ -13,7 +13,7 @@ use super::progress::{Kind, Progress};
 use super::shares::{PROCESS, Share};
 use crate::error::{Error, Op, Result, check};
 use crate::io::{self, Image, Pool};
-use crate::rbd::completion::Poll;
+use crate::wait::Poll;
 
 /// Memory librbd reads a chunk into.
 ///

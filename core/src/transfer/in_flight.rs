@@ -10,8 +10,8 @@ use super::fence::{self, Fence};
 use super::progress::Progress;
 use crate::error::{Error, Op, Result, check};
 use crate::io::{self, Image};
-use crate::rbd::completion::{POLL_INTERVAL, Poll};
 use crate::sync;
+use crate::wait::{POLL_INTERVAL, Poll};
 
 /// Bytes that stay readable until librbd is done with them.
 pub type Buffer = Arc<dyn AsRef<[u8]> + Send + Sync>;

@@ -2,18 +2,22 @@
 //! what the caller sees, and what is left in the pool and its index. The same paths run against
 //! a real cluster in tests/ (test_writer.py, test_faults.py, test_fencing.py, test_leftovers.py).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::download::{Destination, Download, DownloadOptions};
 use super::in_flight::Buffer;
 use super::mark::INDEX;
+use super::shares::{DEFAULT_BOUND, PROCESS};
 use super::upload::{Upload, UploadOptions};
 use crate::error::{Error, Result};
 use crate::memory::Memory;
 
 const MIB: usize = 1 << 20;
 const POOL: &str = "images";
+/// Held by the tests that measure bytes in flight: the process bound is the process's, and
+/// one of them changes it.
+static BOUND: Mutex<()> = Mutex::new(());
 
 fn options(image: &str, size: u64) -> UploadOptions {
     UploadOptions {
@@ -116,9 +120,16 @@ fn the_mark_names_the_writer_while_it_writes() {
 
 #[test]
 fn writes_in_flight_stay_within_the_bound() {
+    let _bound = crate::sync::lock(&BOUND);
     let memory = Memory::new();
-    memory.faults(|f| f.delay = Some(Duration::from_millis(20)));
-    upload(&memory, "bounded", 0, 12, MIB).unwrap();
+    memory.faults(|f| f.delay = Some(Duration::from_millis(50)));
+    // Made first: in a debug build, making a chunk takes longer than a write.
+    let chunks: Vec<Buffer> = (0..12).map(|seed| chunk(MIB, seed)).collect();
+    let mut upload = Upload::start(memory.pool(POOL), options("bounded", 0)).unwrap();
+    for chunk in chunks {
+        upload.write(chunk, &mut go()).unwrap();
+    }
+    upload.finish(&mut go()).unwrap();
     let most = memory.counts().most_in_flight;
     assert!(most <= 4 * MIB, "{most} bytes in flight, over the bound");
     assert!(most > MIB, "writes never overlapped ({most} bytes at most)");
@@ -409,4 +420,52 @@ fn a_download_stopped_early_gives_its_chunks_back() {
     let unread = reader.drain();
     assert!(!unread.is_empty(), "no read was in flight");
     assert!(reader.delivered() < reader.size());
+}
+
+#[test]
+fn transfers_at_once_share_the_process_bound() {
+    let _bound = crate::sync::lock(&BOUND);
+    let memory = Memory::new();
+    upload(&memory, "source", 0, 8, MIB).unwrap();
+    memory.faults(|f| f.delay = Some(Duration::from_millis(50)));
+    PROCESS.set_bound(4 * MIB);
+    let transfers: Vec<_> = (0..3)
+        .map(|n| {
+            let memory = memory.clone();
+            std::thread::spawn(move || {
+                let mut upload = Upload::start(
+                    memory.pool(POOL),
+                    UploadOptions {
+                        max_in_flight: None,
+                        ..options(&format!("shared-{n}"), 0)
+                    },
+                )?;
+                let chunks: Vec<Buffer> = (0..8).map(|seed| chunk(MIB, seed)).collect();
+                for chunk in chunks {
+                    upload.write(chunk, &mut go())?;
+                }
+                upload.finish(&mut go()).map(drop)
+            })
+        })
+        .collect();
+    let mut reader = download(&memory, "source", Some("snap")).unwrap();
+    while next(&mut reader).unwrap().is_some() {}
+    let outcomes: Vec<_> = transfers.into_iter().map(|t| t.join().unwrap()).collect();
+    PROCESS.set_bound(DEFAULT_BOUND);
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    let most = memory.counts().most_in_flight;
+    assert!(
+        most <= 4 * MIB,
+        "{most} bytes written at once by three uploads, over the bound"
+    );
+}
+
+#[test]
+fn a_write_answered_with_eblocklisted_is_fenced() {
+    let memory = Memory::new();
+    memory.faults(|f| f.write_error = Some((2, libc::ESHUTDOWN)));
+    let err = upload(&memory, "blocklisted", 0, 3, MIB).err().unwrap();
+    assert_eq!(err.errno(), Some(libc::ESHUTDOWN), "{err}");
+    assert_gone(&memory, "blocklisted");
+    upload_again(&memory);
 }

@@ -15,7 +15,7 @@ use super::shares::PROCESS;
 use super::zeros;
 use crate::error::{Error, Result, Target};
 use crate::io::{Image, Pool};
-use crate::rbd::completion::Poll;
+use crate::wait::Poll;
 
 /// librbd keeps sizes as signed 64-bit in places; larger sizes wrap instead of failing.
 const MAX_IMAGE_SIZE: u64 = i64::MAX as u64;
