@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional, TypedDict, cast
 
 from glance_rbd_native import compat, leftovers, settings
-from glance_rbd_native.leftovers import duration, printable
+from glance_rbd_native.leftovers import printable
+from glance_rbd_native.units import duration, size
 
 if TYPE_CHECKING:
     from oslo_config import cfg
@@ -341,7 +342,7 @@ def _print(args: argparse.Namespace, result: Result) -> None:
         for upload in result["uploads"]:
             print(f"{where}/{upload['image']}  {_STATE_WORDS[upload['state']]}  "
                   f"{_writer(upload)}  age {duration(upload['age_seconds'])}  "
-                  f"{_size(upload['bytes'])} stored  {_rate(upload)}  ({upload['reason']})")
+                  f"{size(upload['bytes'])} stored  {_rate(upload)}  ({upload['reason']})")
         return
     verb = "removed" if args.remove else "would remove"
     if not result["gone"]:
@@ -349,7 +350,7 @@ def _print(args: argparse.Namespace, result: Result) -> None:
     for upload in result["gone"]:
         print(f"{where}/{upload['image']}  {upload.get('outcome', verb)}: {upload['reason']}; "
               f"{_writer(upload)}, started {duration(upload['age_seconds'])} ago, "
-              f"{_size(upload['bytes'])} stored")
+              f"{size(upload['bytes'])} stored")
     for upload in result["kept"]:
         print(f"{where}/{upload['image']}  kept: {upload['reason']}")
     if "database" in result and result["database"] != "read":
@@ -375,15 +376,6 @@ def _writer(upload: leftovers.UploadDict) -> str:
     return printable(f"pid {upload['pid']} on {upload['host']}{where}")
 
 
-def _size(value: Optional[float]) -> str:
-    if value is None:
-        return "?"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} B"
-
-
 def _rate(upload: leftovers.UploadDict) -> str:
     rate = upload["rate_bytes_per_second"]
-    return f"{_size(rate)}/s" if rate else "rate ?"
+    return f"{size(rate)}/s" if rate else "rate ?"
