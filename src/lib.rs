@@ -27,7 +27,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(logbridge::queue_logs_here, module)?)?;
     module.add_function(wrap_pyfunction!(logbridge::flush_logs, module)?)?;
     module.add_function(wrap_pyfunction!(cephx::connect_failure, module)?)?;
-    module.add_function(wrap_pyfunction!(cephx::glance_caps, module)?)?;
+    module.add_function(wrap_pyfunction!(cephx::caps_advice, module)?)?;
     module.add(
         "DEFAULT_MAX_IN_FLIGHT",
         glance_rbd_core::transfer::shares::DEFAULT_BOUND,

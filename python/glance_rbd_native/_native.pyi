@@ -197,5 +197,7 @@ def _connect_failure(
     """The message of a connect with these settings that failed with `errno` at `rados_connect`:
     the conf file read again, and what the keyring holds for the user. Nothing connects."""
 
-def _glance_caps(pool: str) -> str:
-    """The caps of glance's documented cephx user on `pool`, as `ceph auth caps` takes them."""
+def _caps_advice(errno: int, pool: str, entity: Optional[str] = None) -> Optional[str]:
+    """What to tell the operator when the cluster refuses `entity` an operation on `pool` (EPERM,
+    EACCES) or leaves it unanswered (ETIMEDOUT), as the native errors say it; None for any other
+    errno."""

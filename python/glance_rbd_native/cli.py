@@ -13,6 +13,7 @@ are in ``leftovers``.
 """
 
 import argparse
+import errno
 import json
 import logging
 import re
@@ -266,13 +267,13 @@ def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Refere
     try:
         cluster = leftovers.connect(backend.conffile, backend.user, backend.timeout)
     except rados.Error as exc:
-        errno = getattr(exc, "errno", None)
-        if errno is None:
+        code = getattr(exc, "errno", None)
+        if code is None:
             raise Failure(f"backend {backend.name}: cannot connect to the Ceph cluster (conf "
                           f"{backend.conffile or 'default'}, user {backend.user or 'default'}): "
                           f"{exc}") from exc
         # The native driver's words for it, with what the keyring holds.
-        why = _native._connect_failure(errno, conffile=backend.conffile, user=backend.user)
+        why = _native._connect_failure(code, conffile=backend.conffile, user=backend.user)
         raise Failure(f"backend {backend.name}: {why}") from exc
     entity = f"client.{backend.user or 'admin'}"
     try:
@@ -282,17 +283,14 @@ def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Refere
         raise Failure(f"backend {backend.name}: pool {backend.pool!r} not found") from exc
     except (rados.PermissionError, rados.PermissionDeniedError, rbd.PermissionError,
             PermissionError) as exc:
+        # The native driver's words for it, as for the timeout below.
+        advice = _native._caps_advice(errno.EPERM, backend.pool, entity)
         raise Failure(f"backend {backend.name}: the cluster refused {entity} in pool "
-                      f"{backend.pool!r} ({exc}): glance's cephx user needs the caps "
-                      f"{_native._glance_caps(backend.pool)}; `ceph auth get {entity}` shows "
-                      "the caps it has") from exc
+                      f"{backend.pool!r} ({exc}): {advice}") from exc
     except (rados.TimedOut, rbd.Timeout) as exc:
+        advice = _native._caps_advice(errno.ETIMEDOUT, backend.pool, entity)
         raise Failure(f"backend {backend.name}: the cluster did not answer {entity} in pool "
-                      f"{backend.pool!r} in time ({exc}): the OSDs may be down or unreachable, "
-                      f"or {entity} may have no osd cap on the pool (a Ceph 20 cluster leaves "
-                      "the operations of such a user unanswered); glance's cephx user needs the "
-                      f"caps {_native._glance_caps(backend.pool)}; `ceph auth get {entity}` "
-                      "shows the caps it has") from exc
+                      f"{backend.pool!r} in time ({exc}): {advice}") from exc
     except (rados.Error, rbd.Error) as exc:
         raise Failure(f"backend {backend.name}: {exc}") from exc
     finally:
