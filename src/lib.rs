@@ -12,6 +12,7 @@ mod reader;
 mod writer;
 
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -33,6 +34,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         glance_rbd_core::transfer::shares::DEFAULT_BOUND,
     )?;
     module.add("ZERO_BLOCK", glance_rbd_core::transfer::zeros::BLOCK)?;
+    module.add(
+        "_TIMEOUT_OPTIONS",
+        PyTuple::new(module.py(), glance_rbd_core::rbd::cluster::TIMEOUT_OPTIONS)?,
+    )?;
     exceptions::register(module)?;
     Ok(())
 }

@@ -1,13 +1,15 @@
 """Type stub of the native module built from src/ (PyO3)."""
 
 from types import TracebackType
-from typing import Dict, List, Literal, Optional, Sequence, Type, TypedDict, Union, final
+from typing import Dict, List, Literal, Optional, Sequence, Tuple, Type, TypedDict, Union, final
 
 import numpy as np
 import numpy.typing as npt
 
 DEFAULT_MAX_IN_FLIGHT: int
 ZERO_BLOCK: int
+# The librados options that glance's rados_connect_timeout sets, as the stock driver sets them.
+_TIMEOUT_OPTIONS: Tuple[str, ...]
 
 class RbdError(OSError):
     """A librbd or librados call failed; `errno` holds the code Ceph returned."""

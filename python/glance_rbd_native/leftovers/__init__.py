@@ -144,10 +144,12 @@ def connect(
     """A connected ``rados.Rados``, as the stock driver makes one (the native writer's settings)."""
     import rados
 
+    from glance_rbd_native._native import _TIMEOUT_OPTIONS
+
     # None: librados' default search path, as the native writer (an empty name reads no file).
     cluster = rados.Rados(conffile=conffile or None, rados_id=user or None)
     if timeout is not None:
-        for key in ("rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"):
+        for key in _TIMEOUT_OPTIONS:
             cluster.conf_set(key, str(timeout))
     try:
         cluster.connect()
