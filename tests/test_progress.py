@@ -25,6 +25,7 @@ import glance_rbd_native
 from glance_rbd_native import progress, settings
 from tests.harness.data import MiB, data_of, expected_result, new_name
 from tests.harness.stores import SNAP, make_store
+from tests.harness.waiting import exit_status, wait_for
 
 pytestmark = [
     pytest.mark.cluster,
@@ -126,15 +127,6 @@ def upload(cluster, images, source, data, name=None):
     assert result[1:4] == expected_result(data)
     assert images.read(name) == data
     return name
-
-
-def wait_until(predicate, timeout, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def test_a_slow_upload_gets_lines_with_growing_bytes(cluster, clean_pool, lines):
@@ -261,7 +253,7 @@ def test_a_stalled_cluster_is_named(cluster, clean_pool, lines, osd_back, monkey
     uploading = threading.Thread(target=run)
     uploading.start()
     try:
-        assert wait_until(lambda: lines(name, logging.WARNING), timeout=60), \
+        assert wait_for(lambda: lines(name, logging.WARNING), timeout=60, every=0.2), \
             "no warning while the OSD was down"
         assert uploading.is_alive()
     finally:
@@ -409,16 +401,7 @@ def test_a_forked_child_reports_with_a_reporter_of_its_own(cluster, clean_pool):
             traceback.print_exc()
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.1)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        status = "hung"
+    status = exit_status(pid, 90)
     try:
         assert status == 0, status
         assert clean_pool.read(name) == data
