@@ -3,8 +3,8 @@
 
 use pyo3::prelude::*;
 
+use glance_rbd_core::error;
 use glance_rbd_core::rbd::cluster::{Cluster, ConnectOptions};
-use glance_rbd_core::rbd::keyring;
 
 /// The message of a connect with these settings that failed with `errno` at `rados_connect`:
 /// the conf file read again, and what the keyring holds for the user. Nothing connects.
@@ -20,8 +20,11 @@ pub(crate) fn connect_failure(
     py.detach(|| Cluster::connect_failure(&options, errno).to_string())
 }
 
-/// The caps of glance's documented cephx user on `pool`, as `ceph auth caps` takes them.
-#[pyfunction(name = "_glance_caps")]
-pub(crate) fn glance_caps(pool: &str) -> String {
-    keyring::glance_caps(pool)
+/// What to tell the operator when the cluster refuses `entity` an operation on `pool` (EPERM,
+/// EACCES) or leaves it unanswered (ETIMEDOUT), as the native errors say it; None for any other
+/// errno.
+#[pyfunction(name = "_caps_advice")]
+#[pyo3(signature = (errno, pool, entity = None))]
+pub(crate) fn caps_advice(errno: i32, pool: &str, entity: Option<&str>) -> Option<String> {
+    error::caps_advice(errno, pool, entity)
 }

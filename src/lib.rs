@@ -12,6 +12,7 @@ mod reader;
 mod writer;
 
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -27,12 +28,16 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(logbridge::queue_logs_here, module)?)?;
     module.add_function(wrap_pyfunction!(logbridge::flush_logs, module)?)?;
     module.add_function(wrap_pyfunction!(cephx::connect_failure, module)?)?;
-    module.add_function(wrap_pyfunction!(cephx::glance_caps, module)?)?;
+    module.add_function(wrap_pyfunction!(cephx::caps_advice, module)?)?;
     module.add(
         "DEFAULT_MAX_IN_FLIGHT",
         glance_rbd_core::transfer::shares::DEFAULT_BOUND,
     )?;
     module.add("ZERO_BLOCK", glance_rbd_core::transfer::zeros::BLOCK)?;
+    module.add(
+        "_TIMEOUT_OPTIONS",
+        PyTuple::new(module.py(), glance_rbd_core::rbd::cluster::TIMEOUT_OPTIONS)?,
+    )?;
     exceptions::register(module)?;
     Ok(())
 }

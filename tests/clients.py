@@ -4,13 +4,13 @@ must look like afterwards."""
 import hashlib
 import io
 import threading
-import time
 
 import glanceclient
 
 from tests.harness.data import MiB, data_of
 from tests.harness.glance_api import BACKEND
 from tests.harness.stores import SNAP
+from tests.harness.waiting import wait_for
 
 # Not a multiple of the 8 MiB chunk: the last read is short.
 SIZE = 20 * MiB + 12345
@@ -97,8 +97,7 @@ def check_four_at_once(api, cluster, seed):
 
 
 def wait_status(api, image_id, wanted, timeout=60):
-    deadline = time.monotonic() + timeout
-    while (status := api.image(image_id)["status"]) not in wanted:
-        assert time.monotonic() < deadline, f"image {image_id} still {status} after {timeout}s"
-        time.sleep(0.1)
+    status = wait_for(lambda: api.image(image_id)["status"], timeout, every=0.1,
+                      until=lambda status: status in wanted)
+    assert status in wanted, f"image {image_id} still {status} after {timeout}s"
     return status

@@ -21,6 +21,7 @@ from glance_rbd_native import RbdWriter
 from tests.harness.cluster import free_port
 from tests.harness.data import MiB, data_of, expected_result, new_name
 from tests.harness.stores import SNAP, make_store
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -142,15 +143,6 @@ class StopsOsdAfter:
         return self._stream.read(size)
 
 
-def wait_until(predicate, timeout, interval=0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
 def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
         cluster, clean_pool, osd_stopped, caplog):
     caplog.set_level(logging.INFO, logger="glance_rbd_native")
@@ -168,7 +160,7 @@ def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
     # down); closing and removal are left to the background: a bound, not a hang.
     assert elapsed < 3 * timeout, f"{elapsed:.1f}s"
     cluster.start_osd()
-    assert wait_until(lambda: name not in clean_pool.names(), timeout=90), \
+    assert wait_for(lambda: name not in clean_pool.names(), timeout=90), \
         "the partial image was not removed once the OSD was back"
     # The janitor thread never calls into Python: its record waits for the next native call,
     # and is emitted on the thread that makes it.
@@ -220,7 +212,7 @@ def test_osd_stopped_mid_read_errors_within_the_timeout(cluster, clean_pool, osd
 
     # The reader closed the image while the OSD was down, so its watch could not be taken
     # back: it lapses on the OSD's watch timeout (30 s), and then the image can go.
-    assert wait_until(removed, timeout=90)
+    assert wait_for(removed, timeout=90)
 
 
 @pytest.fixture
@@ -237,11 +229,11 @@ def full_osd(cluster):
 
     def fill():
         set_ratios(0.00001, 0.00002, 0.00003)
-        assert wait_until(is_full, timeout=60), "the OSD was not marked full"
+        assert wait_for(is_full, timeout=60), "the OSD was not marked full"
 
     yield fill
     set_ratios(0.85, 0.90, 0.95)
-    assert wait_until(lambda: not is_full(), timeout=60)
+    assert wait_for(lambda: not is_full(), timeout=60)
 
 
 @pytest.mark.parametrize("timeout", [10, -1], ids=["timeout", "no-timeout"])

@@ -25,6 +25,7 @@ import glance_rbd_native
 from glance_rbd_native import progress, settings
 from tests.harness.data import MiB, data_of, expected_result, new_name
 from tests.harness.stores import SNAP, make_store
+from tests.harness.waiting import exit_status, wait_for
 
 pytestmark = [
     pytest.mark.cluster,
@@ -126,15 +127,6 @@ def upload(cluster, images, source, data, name=None):
     assert result[1:4] == expected_result(data)
     assert images.read(name) == data
     return name
-
-
-def wait_until(predicate, timeout, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def test_a_slow_upload_gets_lines_with_growing_bytes(cluster, clean_pool, lines):
@@ -261,7 +253,7 @@ def test_a_stalled_cluster_is_named(cluster, clean_pool, lines, osd_back, monkey
     uploading = threading.Thread(target=run)
     uploading.start()
     try:
-        assert wait_until(lambda: lines(name, logging.WARNING), timeout=60), \
+        assert wait_for(lambda: lines(name, logging.WARNING), timeout=60, every=0.2), \
             "no warning while the OSD was down"
         assert uploading.is_alive()
     finally:
@@ -332,42 +324,14 @@ def test_the_reporter_costs_nothing_while_no_transfer_runs(cluster, clean_pool, 
     assert reads and progress._reporter is reporter
 
 
-# argv: ceph.conf, pool, image. Uploads `image` slowly with the reports of the environment;
-# prints the reporter's lines, then exits as any program does.
-PLAIN_CHILD = r"""
-import logging, sys, time
-import glance_rbd_native
-from tests.harness.cluster import Cluster
-from tests.harness.data import MiB, data_of
-from tests.harness.stores import make_store
-
-logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
-conf, pool, name = sys.argv[1:]
-assert glance_rbd_native.patch()
-
-class Slow:
-    def __init__(self, data):
-        self.data, self.pos = data, 0
-    def read(self, size):
-        time.sleep(0.4)
-        chunk = self.data[self.pos:self.pos + size]
-        self.pos += len(chunk)
-        return chunk
-
-data = data_of(4 * MiB, seed=9)
-make_store(Cluster.describe(conf, pool), chunk_mib=1).add(name, Slow(data), len(data), "md5")
-print("uploaded")
-"""
-
-
 def test_the_reporter_never_keeps_a_process_alive(cluster, clean_pool):
     name = new_name("progress-exit")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GLANCE_RBD_NATIVE")}
     started = time.monotonic()
     try:
-        run = subprocess.run([sys.executable, "-c", PLAIN_CHILD, str(cluster.conf_path),
-                              cluster.pool, name], cwd=CHECKOUT, env=env, capture_output=True,
-                             text=True, timeout=120)
+        run = subprocess.run([sys.executable, "-m", "tests.harness.slow_upload",
+                              str(cluster.conf_path), cluster.pool, name], cwd=CHECKOUT, env=env,
+                             capture_output=True, text=True, timeout=120)
     finally:
         if name in clean_pool.names():
             clean_pool.remove(name)
@@ -409,16 +373,7 @@ def test_a_forked_child_reports_with_a_reporter_of_its_own(cluster, clean_pool):
             traceback.print_exc()
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.1)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        status = "hung"
+    status = exit_status(pid, 90)
     try:
         assert status == 0, status
         assert clean_pool.read(name) == data
@@ -428,69 +383,13 @@ def test_a_forked_child_reports_with_a_reporter_of_its_own(cluster, clean_pool):
     assert progress._reporter is parent and parent.thread.is_alive()
 
 
-# argv: ceph.conf, pool, image. Under eventlet's monkey-patching, as glance's eventlet server:
-# a slow upload that stalls, a green thread ticking every 10 ms meanwhile; prints the
-# reporter's records (with whether the hub's thread emitted them) and the tick's worst delay.
-GREEN_CHILD = r"""
-import warnings
-warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
-import eventlet
-eventlet.monkey_patch()
-
-import io, json, logging, sys, time
-from eventlet import patcher
-
-import glance_rbd_native
-from glance_rbd_native import progress
-from tests.harness.cluster import Cluster
-from tests.harness.data import MiB, data_of
-from tests.harness.stores import make_store
-
-real_ident = patcher.original("threading").get_ident
-hub_thread = real_ident()
-records = []
-
-class Collect(logging.Handler):
-    def emit(self, record):
-        records.append({"level": record.levelname, "message": record.getMessage(),
-                        "thread": record.threadName, "hub": real_ident() == hub_thread})
-
-logging.getLogger("glance_rbd_native.progress").addHandler(Collect())
-logging.getLogger("glance_rbd_native.progress").setLevel(logging.INFO)
-conf, pool, name = sys.argv[1:]
-assert glance_rbd_native.patch()
-data = data_of(6 * MiB, seed=11)
-
-class Slow:
-    def __init__(self):
-        self.stream = io.BytesIO(data)
-    def read(self, size):
-        eventlet.sleep(3.5 if self.stream.tell() == 3 * MiB else 0.3)
-        return self.stream.read(size)
-
-late = []
-def ticker():
-    while True:
-        start = time.monotonic()
-        eventlet.sleep(0.01)
-        late.append(time.monotonic() - start - 0.01)
-
-store = make_store(Cluster.describe(conf, pool), chunk_mib=1)  # configured on the hub
-eventlet.spawn(ticker)
-eventlet.sleep(0.05)
-written = store.add(name, Slow(), len(data), "md5")[1]
-print(json.dumps({"written": written, "late": max(late), "records": records,
-                  "patched": patcher.is_monkey_patched("thread")}))
-"""
-
-
 def test_under_eventlet_the_reporter_is_a_green_thread(cluster, clean_pool):
     name = new_name("progress-green")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GLANCE_RBD_NATIVE")}
     try:
-        run = subprocess.run([sys.executable, "-c", GREEN_CHILD, str(cluster.conf_path),
-                              cluster.pool, name], cwd=CHECKOUT, env=env, capture_output=True,
-                             text=True, timeout=120)
+        run = subprocess.run([sys.executable, "-m", "tests.harness.green_progress",
+                              str(cluster.conf_path), cluster.pool, name], cwd=CHECKOUT, env=env,
+                             capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr[-3000:]
         result = json.loads(run.stdout.splitlines()[-1])
         assert result["patched"] and result["written"] == 6 * MiB

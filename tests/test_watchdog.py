@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.harness import watchdog
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -33,11 +34,13 @@ def _child(tmp_path, *args, cases=("test_writes_until_the_run_ends",)):
 
 
 def _wait_for(path: pathlib.Path, child: subprocess.Popen, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
+    def written():
+        if path.exists():
+            return True
         assert child.poll() is None, child.stdout.read()
-        assert time.monotonic() < deadline, f"no {path.name} after {timeout} s"
-        time.sleep(0.1)
+        return False
+
+    assert wait_for(written, timeout, every=0.1), f"no {path.name} after {timeout} s"
     return path.read_text()
 
 
@@ -51,10 +54,8 @@ def _alive(pid: int) -> bool:
 
 def _assert_gone(pids, within: float = 10) -> None:
     """The processes end within seconds (a SIGKILL is delivered, not waited for)."""
-    deadline = time.monotonic() + within
-    while any(_alive(pid) for pid in pids):
-        assert time.monotonic() < deadline, f"the cluster's daemons outlived the run: {pids}"
-        time.sleep(0.1)
+    gone = wait_for(lambda: not any(_alive(pid) for pid in pids), within, every=0.1)
+    assert gone, f"the cluster's daemons outlived the run: {pids}"
 
 
 def test_a_killed_osd_ends_the_run_with_its_log(tmp_path):

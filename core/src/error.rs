@@ -179,35 +179,42 @@ fn ceph_message(op: Op, target: &Target, errno: i32) -> String {
     if errno == libc::ESHUTDOWN {
         return format!("{op} {target} failed: {}", fenced_message(target, errno));
     }
-    if !matches!(errno, libc::EPERM | libc::EACCES | libc::ETIMEDOUT) {
+    let entity = target.entity.as_deref();
+    let Some(advice) = caps_advice(errno, &target.pool, entity) else {
         return format!("{op} {target} failed: {} (errno {errno})", strerror(errno));
-    }
-    let by = target
-        .entity
-        .as_deref()
-        .map_or_else(String::new, |entity| format!(" as {entity}"));
-    let check = target.entity.as_deref().map_or_else(String::new, |entity| {
+    };
+    let by = entity.map_or_else(String::new, |entity| format!(" as {entity}"));
+    let outcome = if errno == libc::ETIMEDOUT {
+        "got no answer in time"
+    } else {
+        "was refused"
+    };
+    format!(
+        "{op} {target}{by} {outcome}: {} (errno {errno}): {advice}",
+        strerror(errno)
+    )
+}
+
+/// What to tell the operator when the cluster refuses `entity` (None: not known) an operation
+/// on `pool` (EPERM, EACCES) or leaves it unanswered (ETIMEDOUT): the caps glance's user needs,
+/// and how to see those it has; None for any other errno. The errors of the native module say
+/// it, and so does `glance-rbd-native`, which talks to Ceph through the `rados` module.
+pub fn caps_advice(errno: i32, pool: &str, entity: Option<&str>) -> Option<String> {
+    let needs = format!("glance's cephx user needs the caps {}", glance_caps(pool));
+    let check = entity.map_or_else(String::new, |entity| {
         format!("; `ceph auth get {entity}` shows the caps it has")
     });
-    if errno == libc::ETIMEDOUT {
+    match errno {
+        libc::EPERM | libc::EACCES => Some(format!("{needs}{check}")),
         // Measured: a Ceph 20 cluster never answers a user with no osd cap at all (Ceph 16
         // refuses it with EPERM), so a timeout may be the caps as well as the OSDs.
-        let who = target.entity.as_deref().unwrap_or("the user");
-        return format!(
-            "{op} {target}{by} got no answer in time: {} (errno {errno}): the OSDs may be down \
-             or unreachable, or {who} may have no osd cap on the pool (a Ceph 20 cluster leaves \
-             the operations of such a user unanswered); glance's cephx user needs the caps \
-             {}{check}",
-            strerror(errno),
-            glance_caps(&target.pool)
-        );
+        libc::ETIMEDOUT => Some(format!(
+            "the OSDs may be down or unreachable, or {} may have no osd cap on the pool (a Ceph \
+             20 cluster leaves the operations of such a user unanswered); {needs}{check}",
+            entity.unwrap_or("the user")
+        )),
+        _ => None,
     }
-    format!(
-        "{op} {target}{by} was refused: {} (errno {errno}): glance's cephx user needs the caps \
-         {}{check}",
-        strerror(errno),
-        glance_caps(&target.pool)
-    )
 }
 
 /// librbd and librados return `-errno`; some paths return it as ssize_t.
@@ -486,6 +493,24 @@ mod tests {
         assert_eq!(
             refused_connect(libc::EACCES, Keyring::Elsewhere),
             format!("{PREFIX}Permission denied (errno 13)")
+        );
+    }
+
+    #[test]
+    fn caps_advice_is_for_refusals_and_timeouts_alone() {
+        assert_eq!(
+            caps_advice(libc::EACCES, "images", None).as_deref(),
+            Some(
+                "glance's cephx user needs the caps mon 'profile rbd' osd 'profile rbd \
+                 pool=images' mgr 'profile rbd pool=images'"
+            )
+        );
+        let timeout = caps_advice(libc::ETIMEDOUT, "images", Some("client.glance")).unwrap();
+        assert!(timeout.starts_with("the OSDs may be down or unreachable, or client.glance "));
+        assert!(timeout.ends_with("; `ceph auth get client.glance` shows the caps it has"));
+        assert_eq!(
+            caps_advice(libc::ENOENT, "images", Some("client.glance")),
+            None
         );
     }
 

@@ -1,13 +1,15 @@
 """Type stub of the native module built from src/ (PyO3)."""
 
 from types import TracebackType
-from typing import Dict, List, Literal, Optional, Sequence, Type, TypedDict, Union, final
+from typing import Dict, List, Literal, Optional, Sequence, Tuple, Type, TypedDict, Union, final
 
 import numpy as np
 import numpy.typing as npt
 
 DEFAULT_MAX_IN_FLIGHT: int
 ZERO_BLOCK: int
+# The librados options that glance's rados_connect_timeout sets, as the stock driver sets them.
+_TIMEOUT_OPTIONS: Tuple[str, ...]
 
 class RbdError(OSError):
     """A librbd or librados call failed; `errno` holds the code Ceph returned."""
@@ -197,5 +199,7 @@ def _connect_failure(
     """The message of a connect with these settings that failed with `errno` at `rados_connect`:
     the conf file read again, and what the keyring holds for the user. Nothing connects."""
 
-def _glance_caps(pool: str) -> str:
-    """The caps of glance's documented cephx user on `pool`, as `ceph auth caps` takes them."""
+def _caps_advice(errno: int, pool: str, entity: Optional[str] = None) -> Optional[str]:
+    """What to tell the operator when the cluster refuses `entity` an operation on `pool` (EPERM,
+    EACCES) or leaves it unanswered (ETIMEDOUT), as the native errors say it; None for any other
+    errno."""

@@ -13,6 +13,7 @@ are in ``leftovers``.
 """
 
 import argparse
+import errno
 import json
 import logging
 import re
@@ -23,7 +24,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional, TypedDict, cast
 
 from glance_rbd_native import compat, leftovers, settings
-from glance_rbd_native.leftovers import duration, printable
+from glance_rbd_native.leftovers import printable
+from glance_rbd_native.units import duration, size
 
 if TYPE_CHECKING:
     from oslo_config import cfg
@@ -265,13 +267,13 @@ def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Refere
     try:
         cluster = leftovers.connect(backend.conffile, backend.user, backend.timeout)
     except rados.Error as exc:
-        errno = getattr(exc, "errno", None)
-        if errno is None:
+        code = getattr(exc, "errno", None)
+        if code is None:
             raise Failure(f"backend {backend.name}: cannot connect to the Ceph cluster (conf "
                           f"{backend.conffile or 'default'}, user {backend.user or 'default'}): "
                           f"{exc}") from exc
         # The native driver's words for it, with what the keyring holds.
-        why = _native._connect_failure(errno, conffile=backend.conffile, user=backend.user)
+        why = _native._connect_failure(code, conffile=backend.conffile, user=backend.user)
         raise Failure(f"backend {backend.name}: {why}") from exc
     entity = f"client.{backend.user or 'admin'}"
     try:
@@ -281,17 +283,14 @@ def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Refere
         raise Failure(f"backend {backend.name}: pool {backend.pool!r} not found") from exc
     except (rados.PermissionError, rados.PermissionDeniedError, rbd.PermissionError,
             PermissionError) as exc:
+        # The native driver's words for it, as for the timeout below.
+        advice = _native._caps_advice(errno.EPERM, backend.pool, entity)
         raise Failure(f"backend {backend.name}: the cluster refused {entity} in pool "
-                      f"{backend.pool!r} ({exc}): glance's cephx user needs the caps "
-                      f"{_native._glance_caps(backend.pool)}; `ceph auth get {entity}` shows "
-                      "the caps it has") from exc
+                      f"{backend.pool!r} ({exc}): {advice}") from exc
     except (rados.TimedOut, rbd.Timeout) as exc:
+        advice = _native._caps_advice(errno.ETIMEDOUT, backend.pool, entity)
         raise Failure(f"backend {backend.name}: the cluster did not answer {entity} in pool "
-                      f"{backend.pool!r} in time ({exc}): the OSDs may be down or unreachable, "
-                      f"or {entity} may have no osd cap on the pool (a Ceph 20 cluster leaves "
-                      "the operations of such a user unanswered); glance's cephx user needs the "
-                      f"caps {_native._glance_caps(backend.pool)}; `ceph auth get {entity}` "
-                      "shows the caps it has") from exc
+                      f"{backend.pool!r} in time ({exc}): {advice}") from exc
     except (rados.Error, rbd.Error) as exc:
         raise Failure(f"backend {backend.name}: {exc}") from exc
     finally:
@@ -341,7 +340,7 @@ def _print(args: argparse.Namespace, result: Result) -> None:
         for upload in result["uploads"]:
             print(f"{where}/{upload['image']}  {_STATE_WORDS[upload['state']]}  "
                   f"{_writer(upload)}  age {duration(upload['age_seconds'])}  "
-                  f"{_size(upload['bytes'])} stored  {_rate(upload)}  ({upload['reason']})")
+                  f"{size(upload['bytes'])} stored  {_rate(upload)}  ({upload['reason']})")
         return
     verb = "removed" if args.remove else "would remove"
     if not result["gone"]:
@@ -349,7 +348,7 @@ def _print(args: argparse.Namespace, result: Result) -> None:
     for upload in result["gone"]:
         print(f"{where}/{upload['image']}  {upload.get('outcome', verb)}: {upload['reason']}; "
               f"{_writer(upload)}, started {duration(upload['age_seconds'])} ago, "
-              f"{_size(upload['bytes'])} stored")
+              f"{size(upload['bytes'])} stored")
     for upload in result["kept"]:
         print(f"{where}/{upload['image']}  kept: {upload['reason']}")
     if "database" in result and result["database"] != "read":
@@ -375,15 +374,6 @@ def _writer(upload: leftovers.UploadDict) -> str:
     return printable(f"pid {upload['pid']} on {upload['host']}{where}")
 
 
-def _size(value: Optional[float]) -> str:
-    if value is None:
-        return "?"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} B"
-
-
 def _rate(upload: leftovers.UploadDict) -> str:
     rate = upload["rate_bytes_per_second"]
-    return f"{_size(rate)}/s" if rate else "rate ?"
+    return f"{size(rate)}/s" if rate else "rate ?"

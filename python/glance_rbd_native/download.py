@@ -23,15 +23,7 @@ from glance_store import exceptions
 from glance_store.i18n import _
 
 from glance_rbd_native import compat, errors, green, progress, settings
-from glance_rbd_native._native import (
-    ConnectError,
-    Fenced,
-    NotFound,
-    PermissionDenied,
-    PoolNotFound,
-    RbdReader,
-    TimedOut,
-)
+from glance_rbd_native._native import Fenced, NotFound, PermissionDenied, RbdReader
 
 if TYPE_CHECKING:
     from glance_store._drivers.rbd import StoreLocation
@@ -132,7 +124,7 @@ def _open(store: compat.RbdStore, pool: str, image: str, snapshot: Optional[str]
     cannot reach and (better than stock's raw rados error) for a missing pool."""
     options = compat.store_options(store)
     settings.apply(store.conf)
-    try:
+    with errors.opening(store):
         return progress.watching(green.call(
             RbdReader,
             pool, image,
@@ -142,11 +134,3 @@ def _open(store: compat.RbdStore, pool: str, image: str, snapshot: Optional[str]
             connect_timeout=compat.connect_timeout(store),
             chunk_size=store.READ_CHUNKSIZE,
         ))
-    except ConnectError as exc:
-        raise errors.unreachable(store, exc) from exc
-    except PoolNotFound as exc:
-        raise errors.missing_pool(exc) from exc
-    except PermissionDenied as exc:
-        raise errors.refused(exc) from exc
-    except TimedOut as exc:
-        raise errors.no_answer(exc) from exc

@@ -1,6 +1,8 @@
 """glance_store's exceptions for the native module's errors, raised and logged as stock does."""
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from glance_store import exceptions
@@ -17,15 +19,10 @@ except ImportError:  # no Ceph bindings: glance_store's rbd store cannot be conf
     _StockTimeout = TimeoutError
     _StockConnectionShutdown = ConnectionError
 
+from glance_rbd_native._native import ConnectError, PermissionDenied, PoolNotFound, TimedOut
+
 if TYPE_CHECKING:
-    from glance_rbd_native._native import (
-        ConnectError,
-        Fenced,
-        NoSpace,
-        PermissionDenied,
-        PoolNotFound,
-        TimedOut,
-    )
+    from glance_rbd_native._native import Fenced, NoSpace
     from glance_rbd_native.compat import RbdStore
 
     # The mixin as the checker sees it: it is only ever mixed into exceptions.
@@ -73,7 +70,23 @@ class FencedOff(_WithNativeMessage, _StockConnectionShutdown):  # type: ignore[m
     native message. Stock waits forever in that case."""
 
 
-def unreachable(store: "RbdStore", exc: "ConnectError") -> Exception:
+@contextlib.contextmanager
+def opening(store: "RbdStore") -> Iterator[None]:
+    """Raises the stock driver's exceptions for the native errors of a connect and of an image's
+    creation or open: a cluster it cannot reach, a missing pool, a refusal, no answer."""
+    try:
+        yield
+    except ConnectError as exc:
+        raise unreachable(store, exc) from exc
+    except PoolNotFound as exc:
+        raise missing_pool(exc) from exc
+    except PermissionDenied as exc:
+        raise refused(exc) from exc
+    except TimedOut as exc:
+        raise no_answer(exc) from exc
+
+
+def unreachable(store: "RbdStore", exc: ConnectError) -> Exception:
     """The stock driver's exception for a cluster it cannot connect to (its get_connection),
     with librados' reason in it."""
     if store.backend_group and len(store.conf.enabled_backends) > 1:
@@ -84,20 +97,20 @@ def unreachable(store: "RbdStore", exc: "ConnectError") -> Exception:
     return exceptions.BackendException(str(exc))
 
 
-def missing_pool(exc: "PoolNotFound") -> exceptions.BackendException:
+def missing_pool(exc: PoolNotFound) -> exceptions.BackendException:
     """Stock lets rados.ObjectNotFound escape for a missing pool; this names the pool."""
     LOG.error("%s", exc)
     return exceptions.BackendException(str(exc))
 
 
-def refused(exc: "PermissionDenied") -> Refused:
+def refused(exc: PermissionDenied) -> Refused:
     """Stock's type for an operation the cluster refused (EPERM, EACCES), with the native
     message."""
     LOG.error("%s", exc.strerror)
     return Refused(exc.strerror, exc.errno)
 
 
-def no_answer(exc: "TimedOut") -> NoAnswer:
+def no_answer(exc: TimedOut) -> NoAnswer:
     """Stock's type for an image's creation or open that timed out, with the native message."""
     LOG.error("%s", exc.strerror)
     return NoAnswer(exc.strerror, exc.errno)

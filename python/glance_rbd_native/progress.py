@@ -23,6 +23,7 @@ import time
 from typing import TYPE_CHECKING, Optional, TypeVar, Union
 
 from glance_rbd_native._native import in_flight, transfers
+from glance_rbd_native.units import duration, size
 
 if TYPE_CHECKING:
     from glance_rbd_native._native import RbdReader, RbdWriter, _Transfer
@@ -136,18 +137,18 @@ def _report_one(transfer: "_Transfer", state: _Seen, interval: int, threshold: i
     elapsed, progressed, done = transfer["elapsed"], transfer["progressed"], transfer["bytes"]
     if interval and elapsed - state.last_line >= interval:
         state.last_line = elapsed - elapsed % interval
-        of = " of " + _size(transfer["size"]) if transfer["size"] else ""
-        LOG.info("%s: %s%s in %s (%s/s)", name, _size(done), of, _duration(elapsed),
-                 _size(done / elapsed if elapsed else 0))
+        of = " of " + size(transfer["size"]) if transfer["size"] else ""
+        LOG.info("%s: %s%s in %s (%s/s)", name, size(done), of, duration(elapsed),
+                 size(done / elapsed if elapsed else 0))
     idle = elapsed - progressed
     if state.stalled is None:
         if threshold and idle >= threshold:
             state.stalled = progressed
-            LOG.warning("%s: no progress for %s at %s, waiting for %s", name, _duration(idle),
-                        _size(done), _waiting(transfer))
+            LOG.warning("%s: no progress for %s at %s, waiting for %s", name, duration(idle),
+                        size(done), _waiting(transfer))
     elif progressed != state.stalled:
         LOG.info("%s: moving again after %s without progress, at %s", name,
-                 _duration(progressed - state.stalled), _size(done))
+                 duration(progressed - state.stalled), size(done))
         state.stalled = None
 
 
@@ -155,23 +156,7 @@ def _waiting(transfer: "_Transfer") -> str:
     waiting = transfer["waiting"]
     if waiting == "share":
         process = in_flight()
-        return _WAITS["share"].format(bound=_size(process["bound"]),
+        return _WAITS["share"].format(bound=size(process["bound"]),
                                       transfers=process["transfers"])
     ops = "writes" if transfer["kind"] == "upload" else "reads"
     return _WAITS.get(waiting, waiting).format(ops=ops)
-
-
-def _size(count: float) -> str:
-    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if count >= 1 << shift:
-            return f"{count / (1 << shift):.1f} {unit}"
-    return f"{int(count)} bytes"
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"

@@ -70,7 +70,15 @@ OPTS: list[cfg.Opt] = [
     ),
 ]
 
-OPTION = f"[{GROUP.name}] max_in_flight_mib"
+# The environment variables over the options: each with the least value it takes, and what
+# its warning says a value must be.
+_OVERRIDES = {
+    "max_in_flight_mib": (MAX_IN_FLIGHT_ENV, 1, "a positive integer"),
+    "progress_interval": (PROGRESS_INTERVAL_ENV, 0, "a number of seconds (0 or more)"),
+    "stall_threshold": (STALL_THRESHOLD_ENV, 0, "a number of seconds (0 or more)"),
+}
+# The unit of an option's value, as the warnings name it: seconds, but for the bound.
+_UNITS = {"max_in_flight_mib": "MiB"}
 
 # The bound last logged, with where it came from: logged again only when it changes.
 _logged: Optional[tuple[int, str]] = None
@@ -100,34 +108,21 @@ def apply(conf: Optional[cfg.ConfigOpts] = None) -> None:
 def max_in_flight(conf: Optional[cfg.ConfigOpts] = None) -> int:
     """Bytes the transfers of the process may hold at once: the environment's MiB setting, else
     ``max_in_flight_mib`` of ``conf`` (glance's configuration; None: the option's default)."""
-    value = os.environ.get(MAX_IN_FLIGHT_ENV, "").strip()
-    if value:
-        try:
-            mib = int(value)
-        except ValueError:
-            mib = 0
-        if mib >= 1:
-            _log_bound(mib, MAX_IN_FLIGHT_ENV)
-            return mib << 20
-        mib = _from_conf(conf)
-        LOG.warning("%s=%r is not a positive integer; using %s, %d MiB", MAX_IN_FLIGHT_ENV,
-                    value, OPTION, mib)
-    else:
-        mib = _from_conf(conf)
-    _log_bound(mib, OPTION)
+    mib, source = _overridden(conf, "max_in_flight_mib")
+    _log_bound(mib, source)
     return mib << 20
 
 
 def progress_interval(conf: Optional[cfg.ConfigOpts] = None) -> int:
     """Seconds between the progress lines of a transfer (0: none): the environment's setting,
     else ``progress_interval`` of ``conf``."""
-    return _seconds(conf, "progress_interval", PROGRESS_INTERVAL_ENV)
+    return _overridden(conf, "progress_interval")[0]
 
 
 def stall_threshold(conf: Optional[cfg.ConfigOpts] = None) -> int:
     """Seconds without progress before a transfer's warning (0: none): the environment's
     setting, else ``stall_threshold`` of ``conf``."""
-    return _seconds(conf, "stall_threshold", STALL_THRESHOLD_ENV)
+    return _overridden(conf, "stall_threshold")[0]
 
 
 def presume_gone_after(conf: Optional[cfg.ConfigOpts] = None) -> int:
@@ -135,25 +130,31 @@ def presume_gone_after(conf: Optional[cfg.ConfigOpts] = None) -> int:
     return _option(conf, "presume_gone_after")
 
 
-def _seconds(conf: Optional[cfg.ConfigOpts], name: str, env: str) -> int:
+def _overridden(conf: Optional[cfg.ConfigOpts], name: str) -> tuple[int, str]:
+    """Option ``name``: its environment variable when that holds a valid value, else the option
+    of ``conf`` (with a warning if the variable holds another); and which of the two, as the log
+    names it."""
+    env, least, valid = _OVERRIDES[name]
     value = os.environ.get(env, "").strip()
-    if not value:
-        return _option(conf, name)
-    try:
-        seconds = int(value)
-    except ValueError:
-        seconds = -1
-    if seconds >= 0:
-        return seconds
-    seconds = _option(conf, name)
-    LOG.warning("%s=%r is not a number of seconds (0 or more); using [%s] %s, %d s", env, value,
-                GROUP.name, name, seconds)
-    return seconds
+    if value:
+        try:
+            number = int(value)
+        except ValueError:
+            number = least - 1
+        if number >= least:
+            return number, env
+    number = _option(conf, name)
+    option = f"[{GROUP.name}] {name}"
+    if value:
+        LOG.warning("%s=%r is not %s; using %s, %d %s", env, value, valid, option, number,
+                    _UNITS.get(name, "s"))
+    return number, option
 
 
 def _option(conf: Optional[cfg.ConfigOpts], name: str) -> int:
-    """Option ``name`` of ``conf``: its default without a configuration, or when the file's
-    value is invalid (logged)."""
+    """Option ``name`` of ``conf``, registering the section on it first: its default without a
+    configuration, or when the file's value is invalid (logged). Read per call, so that a
+    configuration parsed after the patch is honoured."""
     default: int = next(opt.default for opt in OPTS if opt.name == name)
     if conf is None:
         return default
@@ -161,7 +162,8 @@ def _option(conf: Optional[cfg.ConfigOpts], name: str) -> int:
     try:
         return cast(int, conf[GROUP.name][name])
     except ValueError as exc:  # not an integer, or below the minimum, in the file
-        LOG.warning("[%s] %s: %s; using the default, %d s", GROUP.name, name, exc, default)
+        LOG.warning("[%s] %s: %s; using the default, %d %s", GROUP.name, name, exc, default,
+                    _UNITS.get(name, "s"))
         return default
 
 
@@ -169,20 +171,6 @@ def _register_once(conf: cfg.ConfigOpts, name: str) -> None:
     # Registered once per ConfigOpts: registering again would clear its cache of values.
     if GROUP.name not in conf or name not in conf[GROUP.name]:
         register_opts(conf)
-
-
-def _from_conf(conf: Optional[cfg.ConfigOpts]) -> int:
-    """``max_in_flight_mib`` of ``conf``, registering the section on it first. Read per call, so
-    that a configuration parsed after the patch is honoured."""
-    if conf is None:
-        return DEFAULT_MAX_IN_FLIGHT >> 20
-    _register_once(conf, "max_in_flight_mib")
-    try:
-        return cast(int, conf[GROUP.name].max_in_flight_mib)
-    except ValueError as exc:  # not an integer, or below the minimum, in the file
-        LOG.warning("%s: %s; using the default, %d MiB", OPTION, exc,
-                    DEFAULT_MAX_IN_FLIGHT >> 20)
-        return DEFAULT_MAX_IN_FLIGHT >> 20
 
 
 def _log_bound(mib: int, source: str) -> None:

@@ -23,14 +23,11 @@ from glance_store.i18n import _LE, _
 
 from glance_rbd_native import compat, errors, green, leftovers, progress, settings
 from glance_rbd_native._native import (
-    ConnectError,
     Fenced,
     ImageExists,
     NoSpace,
     PermissionDenied,
-    PoolNotFound,
     RbdWriter,
-    TimedOut,
     native_digests,
 )
 
@@ -157,26 +154,19 @@ def _open_writer(store: compat.RbdStore, image_id: str, image_name: str, image_s
         )
 
     try:
-        try:
-            return create()
-        except ImageExists:
-            if not _reclaim(conffile, user, timeout, store.pool, image_name,
-                            settings.presume_gone_after(store.conf)):
-                raise
-        return create()  # may find it stored again by another upload meanwhile
+        with errors.opening(store):
+            try:
+                return create()
+            except ImageExists:
+                if not _reclaim(conffile, user, timeout, store.pool, image_name,
+                                settings.presume_gone_after(store.conf)):
+                    raise
+            return create()  # may find it stored again by another upload meanwhile
     except ImageExists as exc:
         msg = _('RBD image %s already exists') % image_id
         raise exceptions.Duplicate(message=msg) from exc
     except NoSpace as exc:
         raise errors.storage_full(image_name, exc) from exc
-    except ConnectError as exc:
-        raise errors.unreachable(store, exc) from exc
-    except PoolNotFound as exc:
-        raise errors.missing_pool(exc) from exc
-    except PermissionDenied as exc:
-        raise errors.refused(exc) from exc
-    except TimedOut as exc:
-        raise errors.no_answer(exc) from exc
 
 
 def _reclaim(conffile: Optional[str], user: Optional[str], timeout: Optional[int], pool: str,

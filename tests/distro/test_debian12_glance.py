@@ -10,7 +10,6 @@ that does not divide 8 MiB fails with "RBD incomplete write"."""
 
 import pathlib
 import re
-import time
 
 import pytest
 
@@ -25,6 +24,7 @@ from tests.clients import (
     wait_status,
 )
 from tests.harness.data import MiB, data_of
+from tests.harness.waiting import wait_for
 
 RELEASE = BOOKWORM
 
@@ -141,9 +141,7 @@ def test_odd_chunks_under_debians_uwsgi(api, size, piece, cluster, clean_pool):
         assert status in (500, None)
         # uWSGI logs the request once the response is out.
         logged = rf"PUT /v2/images/{image_id}/file => .* \(HTTP/1.1 (\d+)\)"
-        deadline = time.monotonic() + 10
-        while not (answered := re.search(logged, api.log())) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        answered = wait_for(lambda: re.search(logged, api.log()), 10, every=0.1)
         assert answered and answered.group(1) == "500"
         first = min(-(-8 * MiB // piece) * piece, size)
         assert (f"Failed to store image {image_id} Store Exception RBD incomplete write "

@@ -8,7 +8,6 @@ registered in them is seen nowhere else, and every mount goes with them."""
 
 import pathlib
 import re
-import time
 import zipfile
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 import emulation
 from debian_root import TRIXIE_ARM64, DebianRoot, build_deb
 from tests.harness import contract, venvs
+from tests.harness.waiting import wait_for
 
 RELEASE = TRIXIE_ARM64
 
@@ -79,9 +79,7 @@ def test_the_handler_is_seen_only_in_its_namespaces(root):
     assert emulation.registered() == []
     proc = root.popen(["sleep", "600"])
     try:
-        deadline = time.monotonic() + 30
-        while not root.processes() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(root.processes, 30, every=0.1)
         assert root.processes(), "the arm64 sleep did not start"
         assert emulation.registered() == []
         mounts = pathlib.Path("/proc/self/mountinfo").read_text()
@@ -91,9 +89,7 @@ def test_the_handler_is_seen_only_in_its_namespaces(root):
         root.kill(proc)
         proc.wait()
     # SIGKILLed, a qemu process may take a moment to exit on a busy machine.
-    deadline = time.monotonic() + 10
-    while root.processes() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: not root.processes(), 10, every=0.1)
     assert root.processes() == []
 
 

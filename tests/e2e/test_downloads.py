@@ -13,12 +13,12 @@ the bound is under that."""
 import io
 import os
 import socket
-import time
 
 import pytest
 
 from tests.harness import memory
 from tests.harness.data import MiB, data_of
+from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -49,14 +49,6 @@ def abandon(api, image_id):
             received += len(got)
 
 
-def wait_for(probe, done, timeout=10.0):
-    """probe() until done(result) or the timeout; the last result."""
-    deadline = time.monotonic() + timeout
-    while not done(result := probe()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return result
-
-
 def test_abandoned_downloads_leave_nothing_behind(glance_servers, cluster, clean_pool):
     api = glance_servers("native")
     data = data_of(SIZE, seed=300)
@@ -73,8 +65,8 @@ def test_abandoned_downloads_leave_nothing_behind(glance_servers, cluster, clean
         assert memory.children(api.pid) == pids  # no worker died and was replaced
         # Each reader is closed when glance drops its iterator (the last one once its worker
         # has seen the hang-up): none watches the image.
-        status = wait_for(lambda: cluster.rbd("status", f"{cluster.pool}/{image_id}"),
-                          lambda listed: "Watchers: none" in listed)
+        status = wait_for(lambda: cluster.rbd("status", f"{cluster.pool}/{image_id}"), 10.0,
+                          every=0.2, until=lambda listed: "Watchers: none" in listed)
         assert "Watchers: none" in status, status
         after = usage(pids)
         print(f"workers before/after {ABANDONED} abandoned downloads: fds {fds}/{after[0]}, "

@@ -10,6 +10,7 @@ import pytest
 from tests.clients import CLIENTS, SIZE, check_four_at_once, check_upload, wait_status
 from tests.harness import venvs
 from tests.harness.data import MiB, data_of
+from tests.harness.waiting import wait_for
 
 pytestmark = [
     pytest.mark.cluster,
@@ -67,10 +68,8 @@ def test_osd_stopped_mid_upload(eventlet_servers, cluster, clean_pool):
         assert wait_status(api, image_id, {"queued", "killed"}) == "queued"
     finally:
         cluster.start_osd()
-    deadline = time.monotonic() + 120
-    while image_id in cluster.images():
-        assert time.monotonic() < deadline, "the janitor did not remove the partial image"
-        time.sleep(1)
+    removed = wait_for(lambda: image_id not in cluster.images(), 120, every=1)
+    assert removed, "the janitor did not remove the partial image"
     target = f"image '{image_id}' in pool '{cluster.pool}'"
     assert f"could not remove {target} (the cluster timed out); retrying in the background" \
         in api.log()

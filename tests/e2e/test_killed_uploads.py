@@ -18,6 +18,7 @@ import pytest
 from glance_rbd_native import leftovers
 from tests.harness.data import MiB, data_of
 from tests.harness.glance_api import held_body, writer_of
+from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -57,13 +58,10 @@ def kill_and_sweep(api, ioctx, image_id):
     assert "stopped" in alive[image_id]["reason"], alive[image_id]
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    while True:
-        gone = [u["image"] for u in command(api, "sweep")["gone"]]
-        if gone:
-            assert gone == [image_id]
-            return time.monotonic() - killed
-        assert time.monotonic() - killed < 60, "the sweep never listed the leftover"
-        time.sleep(0.5)
+    gone = wait_for(lambda: [u["image"] for u in command(api, "sweep")["gone"]], 60, every=0.5)
+    assert gone, "the sweep never listed the leftover"
+    assert gone == [image_id]
+    return time.monotonic() - killed
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
@@ -131,11 +129,14 @@ def test_a_worker_killed_mid_import(api, cluster, ioctx, clean_pool, mariadb):
                                "INTERVAL 2 HOUR WHERE status = 'processing'") >= 1
         started = time.monotonic()
         api.import_image(image_id, "glance-direct")
-        deadline = time.monotonic() + 180
-        while (image := api.image(image_id))["status"] != "active":
+        def active(image):
+            if image["status"] == "active":
+                return True
             assert not image.get("os_glance_failed_import"), image
-            assert time.monotonic() < deadline, image
-            time.sleep(0.5)
+            return False
+
+        image = wait_for(lambda: api.image(image_id), 180, every=0.5, until=active)
+        assert image["status"] == "active", image
         print(f"\nimport: sweep listed the leftover {listed:.1f} s after the kill; the "
               f"retried import was active {time.monotonic() - started:.1f} s after it began")
         assert image["checksum"] == hashlib.md5(data).hexdigest()

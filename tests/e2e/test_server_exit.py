@@ -17,6 +17,7 @@ import pytest
 
 from tests.harness import memory, stuck
 from tests.harness.data import MiB, data_of
+from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -46,10 +47,9 @@ def exited(pid):
 
 def both_workers(api):
     """The pids of the master's two workers: the second may fork after the first answers."""
-    deadline = time.monotonic() + 30
-    while len(workers := memory.children(api.pid)) < 2:
-        assert time.monotonic() < deadline, workers
-        time.sleep(0.1)
+    workers = wait_for(lambda: memory.children(api.pid), 30, every=0.1,
+                       until=lambda workers: len(workers) >= 2)
+    assert len(workers) >= 2, workers
     return workers
 
 

@@ -23,6 +23,7 @@ import time
 
 from tests.harness.cluster import free_port
 from tests.harness.data import MiB
+from tests.harness.waiting import wait_for
 
 BIN = pathlib.Path(sys.executable).parent  # this virtualenv's glance, glance-manage, uwsgi
 # The import root (the checkout), on the server's path: it loads tests.harness.* by name.
@@ -372,10 +373,7 @@ def writer_of(ioctx, image_id, timeout=60):
     as soon as it is there."""
     from glance_rbd_native import leftovers
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        mark = leftovers.marks(ioctx).get(image_id)
-        if mark:
-            return mark.get("pid")
-        time.sleep(0.05)
-    raise AssertionError(f"no upload of {image_id} in flight after {timeout} s")
+    mark = wait_for(lambda: leftovers.marks(ioctx).get(image_id), timeout, every=0.05)
+    if not mark:
+        raise AssertionError(f"no upload of {image_id} in flight after {timeout} s")
+    return mark.get("pid")

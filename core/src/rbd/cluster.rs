@@ -37,6 +37,14 @@ impl ConnectOptions {
     }
 }
 
+/// The librados options that glance's `rados_connect_timeout` sets, as the stock driver sets
+/// them; `glance-rbd-native` sets the same on its `rados` connections (`_TIMEOUT_OPTIONS`).
+pub const TIMEOUT_OPTIONS: [&str; 3] = [
+    "rados_osd_op_timeout",
+    "rados_mon_op_timeout",
+    "client_mount_timeout",
+];
+
 /// A connected `rados_t`, shut down when the last user lets go of it.
 pub struct Cluster {
     handle: rados::rados_t,
@@ -388,11 +396,7 @@ impl Cluster {
         cluster.conf_set("rbd_cache", "false")?;
         cluster.conf_set("rbd_disable_zero_copy_writes", "false")?;
         if let Some(timeout) = options.timeout {
-            for key in [
-                "rados_osd_op_timeout",
-                "rados_mon_op_timeout",
-                "client_mount_timeout",
-            ] {
+            for key in TIMEOUT_OPTIONS {
                 cluster.conf_set(key, &timeout.to_string())?;
             }
         }

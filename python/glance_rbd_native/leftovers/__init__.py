@@ -32,12 +32,13 @@ from glance_rbd_native.leftovers import images, index
 from glance_rbd_native.leftovers.images import Header, Watcher
 from glance_rbd_native.leftovers.index import INDEX, Mark, printable
 from glance_rbd_native.leftovers.sight import Host, Sight, look
+from glance_rbd_native.units import duration
 
 if TYPE_CHECKING:
     import rados
 
-__all__ = ["INDEX", "Header", "Mark", "Pool", "Upload", "connect", "duration", "inspect",
-           "judge", "marks", "printable", "reclaim", "remove", "unmarked", "uploads"]
+__all__ = ["INDEX", "Header", "Mark", "Pool", "Upload", "connect", "inspect", "judge", "marks",
+           "printable", "reclaim", "remove", "unmarked", "uploads"]
 
 # A writer that cannot be seen, with no watch and no refresh of its mark for this long, is
 # presumed gone: the default of `[glance_rbd_native] presume_gone_after`.
@@ -143,10 +144,12 @@ def connect(
     """A connected ``rados.Rados``, as the stock driver makes one (the native writer's settings)."""
     import rados
 
+    from glance_rbd_native._native import _TIMEOUT_OPTIONS
+
     # None: librados' default search path, as the native writer (an empty name reads no file).
     cluster = rados.Rados(conffile=conffile or None, rados_id=user or None)
     if timeout is not None:
-        for key in ("rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"):
+        for key in _TIMEOUT_OPTIONS:
             cluster.conf_set(key, str(timeout))
     try:
         cluster.connect()
@@ -372,17 +375,3 @@ def reclaim(conffile: Optional[str], user: Optional[str], timeout: Optional[int]
             return upload
     finally:
         cluster.shutdown()
-
-
-def duration(seconds: Optional[float]) -> str:
-    """3s, 4m05s, 2h07m, 3d04h."""
-    if seconds is None:
-        return "?"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

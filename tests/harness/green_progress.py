@@ -1,0 +1,93 @@
+"""A slow upload that stalls, under eventlet's monkey-patching as glance's eventlet server runs
+it, for tests/test_progress.py: a green thread ticks every 10 ms meanwhile. Run from the
+checkout's root:
+
+    python -m tests.harness.green_progress CEPH_CONF POOL IMAGE
+
+Prints one JSON object: the bytes written, the tick's worst lateness, the progress reporter's
+records (with whether the hub's thread emitted them) and whether threads were patched.
+Importing it patches the interpreter: it is a program, not a library.
+"""
+
+import warnings
+
+# Patched first, as glance's eventlet server is; eventlet warns that it is deprecated (hence the
+# filter before it, and E402 below).
+warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
+import eventlet  # noqa: E402
+
+eventlet.monkey_patch()
+
+import io  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from eventlet import patcher  # noqa: E402
+
+import glance_rbd_native  # noqa: E402
+from tests.harness.cluster import Cluster  # noqa: E402
+from tests.harness.data import MiB, data_of  # noqa: E402
+from tests.harness.stores import make_store  # noqa: E402
+
+real_ident = patcher.original("threading").get_ident
+hub_thread = real_ident()
+records = []
+late = []
+
+
+class Collect(logging.Handler):
+    def emit(self, record):
+        records.append(
+            {
+                "level": record.levelname,
+                "message": record.getMessage(),
+                "thread": record.threadName,
+                "hub": real_ident() == hub_thread,
+            }
+        )
+
+
+class Slow:
+    """`data`, read 0.3 s apart, with a stall of 3.5 s at its middle."""
+
+    def __init__(self, data):
+        self.stream = io.BytesIO(data)
+
+    def read(self, size):
+        eventlet.sleep(3.5 if self.stream.tell() == 3 * MiB else 0.3)
+        return self.stream.read(size)
+
+
+def ticker():
+    while True:
+        start = time.monotonic()
+        eventlet.sleep(0.01)
+        late.append(time.monotonic() - start - 0.01)
+
+
+def main():
+    logging.getLogger("glance_rbd_native.progress").addHandler(Collect())
+    logging.getLogger("glance_rbd_native.progress").setLevel(logging.INFO)
+    conf, pool, name = sys.argv[1:]
+    assert glance_rbd_native.patch()
+    data = data_of(6 * MiB, seed=11)
+    store = make_store(Cluster.describe(conf, pool), chunk_mib=1)  # configured on the hub
+    eventlet.spawn(ticker)
+    eventlet.sleep(0.05)
+    written = store.add(name, Slow(data), len(data), "md5")[1]
+    print(
+        json.dumps(
+            {
+                "written": written,
+                "late": max(late),
+                "records": records,
+                "patched": patcher.is_monkey_patched("thread"),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
