@@ -28,7 +28,20 @@ FAILS_WITHIN = 20
 
 
 def blocklist(cluster, addr):
+    """Blocklists `addr`, and returns once every OSD enforces it: an OSD judges a client's
+    operations by the map it has, and one that has not had the new map yet lets them through
+    (under load, for long enough that a transfer started meanwhile opens, and fails later)."""
     cluster.mon("osd blocklist", blocklistop="add", addr=addr)
+    dump = cluster.mon("osd dump", format="json").strip()
+    epoch = json.JSONDecoder().raw_decode(dump)[0]["epoch"]
+    wait_for(lambda: all(osd_epoch(cluster, osd) >= epoch for osd in range(cluster.osds)), 60,
+             f"every OSD has the osdmap of epoch {epoch}, which blocklists {addr}")
+
+
+def osd_epoch(cluster, osd):
+    """The newest osdmap epoch that OSD `osd` has."""
+    status = cluster.ceph("tell", f"osd.{osd}", "status", "--format", "json")
+    return json.JSONDecoder().raw_decode(status.strip())[0]["newest_map"]
 
 
 def test_an_upload_blocklisted_in_the_middle_fails_fast_and_the_next_works(cluster,

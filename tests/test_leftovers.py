@@ -623,7 +623,10 @@ rbd_store_ceph_conf = {conf}
     ioctx = clean_pool.ioctx
     fields = dict(leftovers.marks(ioctx)[elsewhere].fields, host="another-host")
     write_mark(ioctx, elsewhere, json.dumps(fields))
-    wait_for(lambda: not clean_pool.watchers(elsewhere), 60, "the killed writer's watch expired")
+    # Both watches gone: with `here`'s still there, the sweep would cut it (a fence too, refused
+    # alike) before librbd is asked for the lock.
+    wait_for(lambda: not clean_pool.watchers(elsewhere) and not clean_pool.watchers(here), 60,
+             "the killed writers' watches expired")
     result = sweep(glance_conf, "--remove", "--presume-gone-after", "1")
     outcomes = {u["image"]: u["outcome"] for u in result["gone"]}
     # Each image is handled, and each says the cap it misses: fencing the writer presumed gone,
