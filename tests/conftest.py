@@ -21,7 +21,7 @@ import glance_rbd_native
 from tests import stock_versions
 from tests.harness import contract
 from tests.harness.cluster import Cluster
-from tests.harness.stores import Images
+from tests.harness.stores import Images, glance_api_conf
 
 # A time limit for every test; a dead cluster or a full disk ends the run. A test that measures
 # runs alone while `make test` runs two lanes.
@@ -77,15 +77,7 @@ def clean_pool(images):
 @pytest.fixture
 def conf_file(cluster, tmp_path):
     """A glance-api.conf with one rbd store, [glance_store], as admin (for `glance-rbd-native`)."""
-    path = tmp_path / "glance-api.conf"
-    path.write_text(f"""[glance_store]
-stores = rbd
-default_store = rbd
-rbd_store_pool = {cluster.pool}
-rbd_store_user = admin
-rbd_store_ceph_conf = {cluster.conf_path}
-""")
-    return path
+    return glance_api_conf(tmp_path / "glance-api.conf", cluster.pool, "admin", cluster.conf_path)
 
 
 @pytest.fixture

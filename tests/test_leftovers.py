@@ -27,7 +27,7 @@ from glance_rbd_native import leftovers
 from glance_rbd_native._native import RbdWriter
 from tests.harness.data import MiB, data_of, expected_result, new_name
 from tests.harness.held_upload import CHECKOUT, Held
-from tests.harness.stores import SNAP, make_store
+from tests.harness.stores import SNAP, glance_api_conf, make_store
 from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -403,14 +403,7 @@ def test_glance_documented_user_marks_lists_and_sweeps(cluster, clean_pool, tmp_
     the mark, the status, the removal (and the blocklisting of a dead writer's client)."""
     conf = cluster.user("glance", mon="profile rbd", osd=f"profile rbd pool={cluster.pool}",
                         mgr=f"profile rbd pool={cluster.pool}")
-    glance_conf = tmp_path / "glance-api.conf"
-    glance_conf.write_text(f"""[glance_store]
-stores = rbd
-default_store = rbd
-rbd_store_pool = {cluster.pool}
-rbd_store_user = glance
-rbd_store_ceph_conf = {conf}
-""")
+    glance_conf = glance_api_conf(tmp_path / "glance-api.conf", cluster.pool, "glance", conf)
     name = new_name("glance-user")
     held = Held(cluster, name, conf=conf, user="glance")
     assert status(glance_conf)[name]["state"] == "alive"
@@ -609,14 +602,7 @@ def test_a_refused_fence_keeps_that_image_and_names_the_cap(cluster, clean_pool,
     """With the legacy `mon 'allow r'`, fencing is refused: that image is kept, the output
     names the cap, and the other images are still handled."""
     conf = cluster.user("legacy", mon="allow r", osd=f"allow rwx pool={cluster.pool}")
-    glance_conf = tmp_path / "glance-api.conf"
-    glance_conf.write_text(f"""[glance_store]
-stores = rbd
-default_store = rbd
-rbd_store_pool = {cluster.pool}
-rbd_store_user = legacy
-rbd_store_ceph_conf = {conf}
-""")
+    glance_conf = glance_api_conf(tmp_path / "glance-api.conf", cluster.pool, "legacy", conf)
     elsewhere, here = new_name("elsewhere"), new_name("here")
     Held(cluster, elsewhere).kill()
     Held(cluster, here).kill()

@@ -19,7 +19,7 @@ from glance_store import location
 from glance_store._drivers import rbd as rbd_driver
 
 from tests.harness.data import MiB, data_of, new_name
-from tests.harness.stores import make_store
+from tests.harness.stores import glance_api_conf, make_store
 
 
 def glance_caps(pool: str) -> dict[str, str]:
@@ -163,14 +163,7 @@ def downloads(cluster, user: User, uri: str) -> dict[str, Outcome]:
 
 def cli_as(cluster, user: User, tmp_path, *args) -> subprocess.CompletedProcess:
     """`glance-rbd-native --config-file glance-api.conf ARGS` with glance's store as `user`."""
-    glance_conf = tmp_path / f"glance-api.{user.id}.conf"
-    glance_conf.write_text(f"""[glance_store]
-stores = rbd
-default_store = rbd
-rbd_store_pool = {cluster.pool}
-rbd_store_user = {user.id}
-rbd_store_ceph_conf = {user.conf}
-rados_connect_timeout = 10
-""")
+    glance_conf = glance_api_conf(tmp_path / f"glance-api.{user.id}.conf", cluster.pool, user.id,
+                                  user.conf, extra="rados_connect_timeout = 10\n")
     return subprocess.run([sys.executable, "-m", "glance_rbd_native", "--config-file",
                            str(glance_conf), *args], capture_output=True, text=True, timeout=120)
