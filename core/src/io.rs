@@ -31,23 +31,14 @@ pub trait Pool: Send + Sync + 'static {
     /// answer (a fenced client hears ESHUTDOWN, a removed image has none: ENOENT).
     fn probe(&self, id: &str) -> i32;
 
-    /// Sets `key` to `value` in the omap of `object`; with `expect`, only if the key holds
-    /// exactly that (else ECANCELED). A failure is reported as `op` on `target`.
-    fn omap_set(
+    /// Sets or removes `key` in the omap of `object`; with `expect`, only if the key holds
+    /// exactly that (else ECANCELED, and nothing changes). A failure is reported as `op` on
+    /// `target`.
+    fn omap_write(
         &self,
         object: &str,
         key: &str,
-        value: &str,
-        expect: Option<&str>,
-        op: Op,
-        target: &Target,
-    ) -> Result<()>;
-
-    /// Removes `key` from the omap of `object`; with `expect`, only if it holds exactly that.
-    fn omap_remove(
-        &self,
-        object: &str,
-        key: &str,
+        change: OmapChange<'_>,
         expect: Option<&str>,
         op: Op,
         target: &Target,
@@ -67,6 +58,13 @@ pub trait Pool: Send + Sync + 'static {
     /// The same pool through a new connection, in place of this one, which was fenced: for the
     /// clean-up of its transfer.
     fn reconnect(&self) -> Result<Arc<dyn Pool>>;
+}
+
+/// What `Pool::omap_write` does to its key.
+#[derive(Clone, Copy, Debug)]
+pub enum OmapChange<'a> {
+    Set(&'a str),
+    Remove,
 }
 
 /// An open image. Closed when dropped: its exclusive lock goes with it.

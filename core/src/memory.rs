@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::error::{Error, Op, Result, Target};
-use crate::io::{self, Image, Pool};
+use crate::io::{self, Image, OmapChange, Pool};
 use crate::sync;
 use crate::wait::{Poll, wait_until};
 
@@ -23,6 +23,8 @@ use crate::wait::{Poll, wait_until};
 #[derive(Default)]
 pub(crate) struct Faults {
     /// The nth write completes with this errno (ENOSPC, ETIMEDOUT, ...), writing nothing.
+    /// ESHUTDOWN (EBLOCKLISTED) fences the writer's client too: OSDs answer only a blocklisted
+    /// client so.
     pub(crate) write_error: Option<(usize, i32)>,
     /// From the nth write on, writes are not answered until `Memory::release`.
     pub(crate) held_from: Option<usize>,
@@ -81,6 +83,18 @@ struct State {
     fenced: Vec<u64>,
 }
 
+impl State {
+    /// Blocklists `client`; the next connection is a new client.
+    fn fence_client(&mut self, client: u64) {
+        if !self.fenced.contains(&client) {
+            self.fenced.push(client);
+        }
+        if self.client == client {
+            self.client += 1;
+        }
+    }
+}
+
 #[derive(Default)]
 struct Shared {
     state: Mutex<State>,
@@ -123,9 +137,8 @@ impl Memory {
     /// ESHUTDOWN; the next connection is a new client.
     pub(crate) fn fence(&self) {
         let mut state = self.state();
-        let fenced = state.client;
-        state.fenced.push(fenced);
-        state.client += 1;
+        let current = state.client;
+        state.fence_client(current);
     }
 
     /// Answers the writes held so far: their data lands, and they complete.
@@ -337,11 +350,11 @@ impl Pool for MemoryPool {
         }
     }
 
-    fn omap_set(
+    fn omap_write(
         &self,
         object: &str,
         key: &str,
-        value: &str,
+        change: OmapChange<'_>,
         expect: Option<&str>,
         op: Op,
         target: &Target,
@@ -358,31 +371,10 @@ impl Pool for MemoryPool {
         if let Some(errno) = refused {
             return Err(Error::ceph(op, target, -i64::from(errno)));
         }
-        state.omap.insert(entry, value.to_owned());
-        Ok(())
-    }
-
-    fn omap_remove(
-        &self,
-        object: &str,
-        key: &str,
-        expect: Option<&str>,
-        op: Op,
-        target: &Target,
-    ) -> Result<()> {
-        let mut state = self.memory.state();
-        let entry = (object.to_owned(), key.to_owned());
-        let refused = if self.fenced(&state) {
-            Some(libc::ESHUTDOWN)
-        } else if expect.is_some() && state.omap.get(&entry).map(String::as_str) != expect {
-            Some(libc::ECANCELED)
-        } else {
-            None
+        match change {
+            OmapChange::Set(value) => state.omap.insert(entry, value.to_owned()),
+            OmapChange::Remove => state.omap.remove(&entry),
         };
-        if let Some(errno) = refused {
-            return Err(Error::ceph(op, target, -i64::from(errno)));
-        }
-        state.omap.remove(&entry);
         Ok(())
     }
 
@@ -522,7 +514,12 @@ impl Image for MemoryImage {
             return Ok(Box::new(Operation(slot)));
         }
         let result = match state.faults.write_error {
-            Some((at, errno)) if at == nth => -(errno as isize),
+            Some((at, errno)) if at == nth => {
+                if errno == libc::ESHUTDOWN {
+                    state.fence_client(self.client);
+                }
+                -(errno as isize)
+            }
             _ => match state.images.get_mut(&self.name) {
                 Some(image) if image.id == self.id && offset + data.len() as u64 <= image.size => {
                     put(&mut image.data, offset, data);

@@ -10,7 +10,7 @@ use super::ffi;
 use super::image::{self, Image};
 use super::omap::{self, Entry};
 use crate::error::{Error, Op, Result, Target};
-use crate::io;
+use crate::io::{self, OmapChange};
 use crate::wait::Poll;
 
 /// librbd's `RBD_FEATURE_LAYERING`, used when the cluster sets no default features (as glance does).
@@ -85,11 +85,11 @@ impl io::Pool for RbdPool {
         }
     }
 
-    fn omap_set(
+    fn omap_write(
         &self,
         object: &str,
         key: &str,
-        value: &str,
+        change: OmapChange<'_>,
         expect: Option<&str>,
         op: Op,
         target: &Target,
@@ -99,23 +99,10 @@ impl io::Pool for RbdPool {
             object,
             key,
         };
-        omap::set(entry, value, expect, op, target)
-    }
-
-    fn omap_remove(
-        &self,
-        object: &str,
-        key: &str,
-        expect: Option<&str>,
-        op: Op,
-        target: &Target,
-    ) -> Result<()> {
-        let entry = Entry {
-            ioctx: &self.ioctx,
-            object,
-            key,
-        };
-        omap::remove(entry, expect, op, target)
+        match change {
+            OmapChange::Set(value) => omap::set(entry, value, expect, op, target),
+            OmapChange::Remove => omap::remove(entry, expect, op, target),
+        }
     }
 
     fn client(&self) -> (u64, Option<String>) {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Op};
-use crate::io::Pool;
+use crate::io::{OmapChange, Pool};
 
 /// The index object, one per pool. Its format is read by python/glance_rbd_native/leftovers.
 pub(crate) const INDEX: &str = "glance_rbd_native.uploads";
@@ -96,7 +96,14 @@ impl Mark {
             return;
         };
         let target = pool.target(&self.image);
-        match pool.omap_remove(INDEX, &self.image, Some(&written), Op::Unmark, &target) {
+        match pool.omap_write(
+            INDEX,
+            &self.image,
+            OmapChange::Remove,
+            Some(&written),
+            Op::Unmark,
+            &target,
+        ) {
             Ok(()) => {}
             Err(err) if is_taken(&err) => self.taken(),
             Err(err) => log::warn!("{err}"),
@@ -111,10 +118,10 @@ impl Mark {
         );
         let target = self.pool.target(&self.image);
         let expect = self.written.clone();
-        let set = self.pool.omap_set(
+        let set = self.pool.omap_write(
             INDEX,
             &self.image,
-            &value,
+            OmapChange::Set(&value),
             expect.as_deref(),
             Op::Mark,
             &target,
