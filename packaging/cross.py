@@ -84,20 +84,35 @@ def _compile(cached: pathlib.Path, maturin: pathlib.Path) -> pathlib.Path:
     partial.mkdir(parents=True)
     # A virtualenv outside the checkout (make's VENV) is mounted too.
     tools = [] if maturin.is_relative_to(CHECKOUT) else [maturin.parent]
-    root = DebianRoot.ensure(TRIXIE_CROSS, binds=[CHECKOUT, *tools, registry, target_dir, partial],
-                             read_only=[CHECKOUT, *tools])
+    root = DebianRoot.ensure(
+        TRIXIE_CROSS,
+        binds=[CHECKOUT, *tools, registry, target_dir, partial],
+        read_only=[CHECKOUT, *tools],
+    )
     try:
-        res = root.run(maturin, "build", "--release", "--target", TARGET, "-q",
-                       "--manifest-path", CHECKOUT / "Cargo.toml", "-o", partial,
-                       env={**ENV, "CARGO_HOME": str(CARGO_HOME),
-                            "CARGO_TARGET_DIR": str(target_dir)},
-                       timeout=3600, check=False)
+        res = root.run(
+            maturin,
+            "build",
+            "--release",
+            "--target",
+            TARGET,
+            "-q",
+            "--manifest-path",
+            CHECKOUT / "Cargo.toml",
+            "-o",
+            partial,
+            env={**ENV, "CARGO_HOME": str(CARGO_HOME), "CARGO_TARGET_DIR": str(target_dir)},
+            timeout=3600,
+            check=False,
+        )
     finally:
         root.close()
     wheels = sorted(partial.glob("*-linux_aarch64.whl"))
     if res.returncode or len(wheels) != 1:
-        sys.exit(f"the aarch64 build failed (exit {res.returncode}):\n"
-                 f"{res.stdout[-5000:]}{res.stderr[-5000:]}")
+        sys.exit(
+            f"the aarch64 build failed (exit {res.returncode}):\n"
+            f"{res.stdout[-5000:]}{res.stderr[-5000:]}"
+        )
     shutil.rmtree(cached, ignore_errors=True)
     partial.rename(cached)
     return cached / wheels[0].name
@@ -106,9 +121,12 @@ def _compile(cached: pathlib.Path, maturin: pathlib.Path) -> pathlib.Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=pathlib.Path, default=CHECKOUT / "target" / "wheels")
-    parser.add_argument("--maturin", type=pathlib.Path,
-                        default=CHECKOUT / ".venv" / "bin" / "maturin",
-                        help="the maturin to build with (make: $(VENV)/bin/maturin)")
+    parser.add_argument(
+        "--maturin",
+        type=pathlib.Path,
+        default=CHECKOUT / ".venv" / "bin" / "maturin",
+        help="the maturin to build with (make: $(VENV)/bin/maturin)",
+    )
     args = parser.parse_args()
     print(build(args.out, args.maturin))
 

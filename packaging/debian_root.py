@@ -47,8 +47,15 @@ glance-api glance/configure_api-endpoint boolean false
 # The tests need no pip, but the list is part of each cached root's key: dropping it would
 # rebuild them all. openstack-pkg-tools holds the helpers with which the init script reads
 # uWSGI's bind address from a service's configuration.
-GLANCE_PACKAGES = ("glance-api", "python3-rbd", "python3-rados", "python3-pymysql",
-                   "python3-numpy", "python3-pip", "openstack-pkg-tools")
+GLANCE_PACKAGES = (
+    "glance-api",
+    "python3-rbd",
+    "python3-rados",
+    "python3-pymysql",
+    "python3-numpy",
+    "python3-pip",
+    "openstack-pkg-tools",
+)
 
 
 @dataclass(frozen=True)
@@ -70,9 +77,11 @@ class Release:
     def sources(self) -> str:
         if self.unstable:
             return f"deb {MIRROR} {self.suite} main\n"
-        return (f"deb {MIRROR} {self.suite} main\n"
-                f"deb {MIRROR} {self.suite}-updates main\n"
-                f"deb http://deb.debian.org/debian-security {self.suite}-security main\n")
+        return (
+            f"deb {MIRROR} {self.suite} main\n"
+            f"deb {MIRROR} {self.suite}-updates main\n"
+            f"deb http://deb.debian.org/debian-security {self.suite}-security main\n"
+        )
 
     @property
     def apt_conf(self) -> str:
@@ -81,10 +90,21 @@ class Release:
     def key(self) -> str:
         """What the cached root is made of, as a short hash: a change of any of it builds
         anew."""
-        architectures = "" if self.arch == emulation.HOST_ARCH and not self.foreign else \
-            " ".join([self.arch, *self.foreign])
-        recipe = "\n".join([self.suite, self.sources, *filter(None, [self.apt_conf]),
-                             " ".join(self.packages), PRESEEDS, *filter(None, [architectures])])
+        architectures = (
+            ""
+            if self.arch == emulation.HOST_ARCH and not self.foreign
+            else " ".join([self.arch, *self.foreign])
+        )
+        recipe = "\n".join(
+            [
+                self.suite,
+                self.sources,
+                *filter(None, [self.apt_conf]),
+                " ".join(self.packages),
+                PRESEEDS,
+                *filter(None, [architectures]),
+            ]
+        )
         return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
     @property
@@ -100,15 +120,29 @@ BOOKWORM = Release("bookworm", GLANCE_PACKAGES)
 TRIXIE = Release("trixie", (*GLANCE_PACKAGES, "python3-pytest", "ceph-common"))
 # Debian sid: glance 33.0.0, glance_store 5.7.0, Python 3.14, Ceph 20.2; with the daemons too,
 # for a Tentacle cluster (tests/harness/cluster.py runs them inside the root).
-SID = Release("sid", (*GLANCE_PACKAGES, "python3-pytest", "ceph-common", "ceph-mon", "ceph-osd",
-                      "ceph-mgr"), unstable=True)
+SID = Release(
+    "sid",
+    (*GLANCE_PACKAGES, "python3-pytest", "ceph-common", "ceph-mon", "ceph-osd", "ceph-mgr"),
+    unstable=True,
+)
 # Debian 13 on arm64, under qemu-user: glance_store 4.9.1 and the Ceph 18 client without
 # glance-api (emulation is slow: the contract's core is what runs there), python3-venv and
 # Debian's pip for the wheel (a pip run from its wheel compiles all of itself at each start),
 # and the rbd and ceph commands the contract tests check the pool with.
-TRIXIE_ARM64 = Release("trixie", ("python3-glance-store", "python3-rbd", "python3-rados",
-                                  "python3-numpy", "python3-pytest", "python3-venv",
-                                  "python3-pip", "ceph-common"), arch="arm64")
+TRIXIE_ARM64 = Release(
+    "trixie",
+    (
+        "python3-glance-store",
+        "python3-rbd",
+        "python3-rados",
+        "python3-numpy",
+        "python3-pytest",
+        "python3-venv",
+        "python3-pip",
+        "ceph-common",
+    ),
+    arch="arm64",
+)
 # What the tests import in an emulated root, imported once when it is built so that it is
 # byte-compiled: glance_store's rbd driver and what it loads, the Ceph bindings, numpy, pytest
 # and its built-in plugins, and what `pip install` of a local wheel loads.
@@ -122,10 +156,21 @@ import pip._internal.req.req_install, pip._internal.resolution.resolvelib.resolv
 """
 # The aarch64 wheel's cross build (packaging/cross.py): Debian 13's rustc 1.85 with the aarch64
 # standard library of the same build, the aarch64 cross gcc and the arm64 C libraries linked.
-TRIXIE_CROSS = Release("trixie", ("rustc", "cargo", "libstd-rust-dev:arm64",
-                                  "gcc-aarch64-linux-gnu", "libc6-dev:arm64", "librbd-dev:arm64",
-                                  "librados-dev:arm64", "libssl-dev:arm64", "pkgconf"),
-                       foreign=("arm64",))
+TRIXIE_CROSS = Release(
+    "trixie",
+    (
+        "rustc",
+        "cargo",
+        "libstd-rust-dev:arm64",
+        "gcc-aarch64-linux-gnu",
+        "libc6-dev:arm64",
+        "librbd-dev:arm64",
+        "librados-dev:arm64",
+        "libssl-dev:arm64",
+        "pkgconf",
+    ),
+    foreign=("arm64",),
+)
 # The project's Debian package (packaging/deb.py builds it from the wheel).
 PACKAGE = "glance-rbd-native"
 DEB_BUILDER = pathlib.Path(__file__).resolve().with_name("deb.py")
@@ -194,16 +239,24 @@ class DebianRoot:
 
     # -- running commands ------------------------------------------------------------------
 
-    def command(self, argv, *, user: str | None = None, env: dict | None = None,
-                cwd: str = "/") -> list[str]:
+    def command(
+        self, argv, *, user: str | None = None, env: dict | None = None, cwd: str = "/"
+    ) -> list[str]:
         """The host argv that runs `argv` inside the root, as `user` (default root), with only
         PATH, HOME, LANG and `env` in its environment. A native root's alone: an emulated
         root's commands need their ids mapped once started (`run`, `popen`)."""
         if emulation.foreign(self.release.arch):
-            raise RootError(f"{self.path} is {self.release.arch}: start its commands with run "
-                            "or popen")
-        return ["unshare", "--mount", "--propagation", "private", "--",
-                *self._chrooted(argv, user=user, env=env, cwd=cwd)]
+            raise RootError(
+                f"{self.path} is {self.release.arch}: start its commands with run or popen"
+            )
+        return [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            *self._chrooted(argv, user=user, env=env, cwd=cwd),
+        ]
 
     def _chrooted(self, argv, *, user, env, cwd) -> list[str]:
         """The shell that mounts what the root needs, then chroots into it and runs `argv`."""
@@ -225,19 +278,40 @@ class DebianRoot:
             chroot.append(f"--userspec={uid}:{gid}")
             chroot.append(f"--groups={gid}")
         variables = {"PATH": PATH, "HOME": home, "LANG": "C.UTF-8", **(env or {})}
-        return ["/bin/sh", "-c", script, "sh", str(self.path), *chroot, str(self.path),
-                "/usr/bin/env", "-i", "-C", cwd, *(f"{k}={v}" for k, v in variables.items()),
-                *map(str, argv)]
+        return [
+            "/bin/sh",
+            "-c",
+            script,
+            "sh",
+            str(self.path),
+            *chroot,
+            str(self.path),
+            "/usr/bin/env",
+            "-i",
+            "-C",
+            cwd,
+            *(f"{k}={v}" for k, v in variables.items()),
+            *map(str, argv),
+        ]
 
     def _start(self, argv, *, user, env, cwd, **popen) -> subprocess.Popen:
         if emulation.foreign(self.release.arch):
             return emulation.spawn(self._chrooted(argv, user=user, env=env, cwd=cwd), **popen)
         return subprocess.Popen(self.command(argv, user=user, env=env, cwd=cwd), **popen)
 
-    def run(self, *argv, user=None, env=None, cwd="/", timeout=600, check=True
-            ) -> subprocess.CompletedProcess:
-        proc = self._start(argv, user=user, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def run(
+        self, *argv, user=None, env=None, cwd="/", timeout=600, check=True
+    ) -> subprocess.CompletedProcess:
+        proc = self._start(
+            argv,
+            user=user,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except BaseException:
@@ -246,16 +320,26 @@ class DebianRoot:
             raise
         res = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
         if check and res.returncode:
-            raise RootError(f"{' '.join(map(str, argv))} in {self.path}: exit {res.returncode}\n"
-                            f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
+            raise RootError(
+                f"{' '.join(map(str, argv))} in {self.path}: exit {res.returncode}\n"
+                f"{res.stdout[-3000:]}{res.stderr[-3000:]}"
+            )
         return res
 
     def popen(self, argv, *, user=None, env=None, cwd="/", stdout=None) -> subprocess.Popen:
         """Starts a long-lived process in its own session; its pid is the process itself
         (unshare, sh and chroot each exec the next), or in an emulated root unshare's: stop
         it with `kill`."""
-        return self._start(argv, user=user, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                           stdout=stdout, stderr=subprocess.STDOUT, start_new_session=True)
+        return self._start(
+            argv,
+            user=user,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def kill(self, proc: subprocess.Popen) -> None:
         """Kills what `run` or `popen` started, and in an emulated root every process of its
@@ -271,8 +355,11 @@ class DebianRoot:
         found = []
         for entry in pathlib.Path("/proc").iterdir():
             with contextlib.suppress(OSError):
-                if entry.name.isdigit() and os.readlink(entry / "root") == str(self.path) and (
-                        uid is None or entry.stat().st_uid == uid):
+                if (
+                    entry.name.isdigit()
+                    and os.readlink(entry / "root") == str(self.path)
+                    and (uid is None or entry.stat().st_uid == uid)
+                ):
                     found.append(int(entry.name))
         return found
 
@@ -309,8 +396,10 @@ class DebianRoot:
         root's installed packages, so nothing is downloaded. Reinstalls when the same version is
         installed (a rebuilt wheel keeps its version). Returns apt's output."""
         # A copy pip put into /usr/local would come before dist-packages on sys.path.
-        for stale in [*self.path.glob("usr/local/lib/python3*/dist-packages/glance_rbd_native*"),
-                      self.file("/usr/local/bin/glance-rbd-native")]:
+        for stale in [
+            *self.path.glob("usr/local/lib/python3*/dist-packages/glance_rbd_native*"),
+            self.file("/usr/local/bin/glance-rbd-native"),
+        ]:
             if stale.is_dir():
                 shutil.rmtree(stale)
             else:
@@ -320,8 +409,15 @@ class DebianRoot:
         inside = f"/var/tmp/{deb.name}"
         shutil.copy2(deb, self.file(inside))
         try:
-            return self.run("apt-get", "install", "-y", "--reinstall", "--no-install-recommends",
-                            inside, env={"DEBIAN_FRONTEND": "noninteractive"}).stdout
+            return self.run(
+                "apt-get",
+                "install",
+                "-y",
+                "--reinstall",
+                "--no-install-recommends",
+                inside,
+                env={"DEBIAN_FRONTEND": "noninteractive"},
+            ).stdout
         finally:
             self.file(inside).unlink()
 
@@ -330,13 +426,15 @@ class DebianRoot:
         # apt knows a local .deb only while it is installed: otherwise "Unable to locate".
         if self.installed(package) is None:
             return ""
-        return self.run("apt-get", "remove", "-y", package,
-                        env={"DEBIAN_FRONTEND": "noninteractive"}).stdout
+        return self.run(
+            "apt-get", "remove", "-y", package, env={"DEBIAN_FRONTEND": "noninteractive"}
+        ).stdout
 
     def installed(self, package: str = PACKAGE) -> str | None:
         """The installed version of `package`, or None."""
-        res = self.run("dpkg-query", "-W", "-f", "${db:Status-Status} ${Version}", package,
-                       check=False)
+        res = self.run(
+            "dpkg-query", "-W", "-f", "${db:Status-Status} ${Version}", package, check=False
+        )
         status, _, version = res.stdout.partition(" ")
         return version if res.returncode == 0 and status == "installed" else None
 
@@ -352,8 +450,13 @@ def build_deb(wheel: pathlib.Path, out: pathlib.Path, epoch: int | None = None) 
     env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
     if epoch is not None:
         env["SOURCE_DATE_EPOCH"] = str(epoch)
-    res = subprocess.run([sys.executable, str(DEB_BUILDER), "--out", str(out), str(wheel)],
-                         capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run(
+        [sys.executable, str(DEB_BUILDER), "--out", str(out), str(wheel)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     if res.returncode:
         raise RootError(f"{DEB_BUILDER} {wheel}: exit {res.returncode}\n{res.stdout}{res.stderr}")
     return pathlib.Path(res.stdout.strip())
@@ -373,15 +476,29 @@ def _build(final: pathlib.Path, release: Release) -> float:
     # go when it does, however it ends. Another architecture's packages are configured in the
     # root, under qemu (the second stage).
     emulated = emulation.foreign(release.arch)
-    _check(["unshare", "--mount", "--propagation", "private", "--", "debootstrap",
-            "--variant=minbase", f"--arch={release.arch}", *(["--foreign"] if emulated else []),
-            release.suite, str(partial), MIRROR])
+    _check(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "debootstrap",
+            "--variant=minbase",
+            f"--arch={release.arch}",
+            *(["--foreign"] if emulated else []),
+            release.suite,
+            str(partial),
+            MIRROR,
+        ]
+    )
     root = DebianRoot(partial, release)
     if emulated:
         # As in an unprivileged container (its user namespace may not mknod): debootstrap's
         # own way of taking the devices as they are (the host's /dev, bound in).
-        root.run("/debootstrap/debootstrap", "--second-stage", env={"container": "lxc"},
-                 timeout=1800)
+        root.run(
+            "/debootstrap/debootstrap", "--second-stage", env={"container": "lxc"}, timeout=1800
+        )
     for arch in release.foreign:
         root.run("dpkg", "--add-architecture", arch)
     # No package may start a service.
@@ -396,11 +513,28 @@ def _build(final: pathlib.Path, release: Release) -> float:
     if emulated:
         # Each package's postinst byte-compiles it in a python3 of its own, which qemu takes
         # seconds to start: they are compiled once, in one python3, after the install.
-        root.run("dpkg-divert", "--local", "--rename", "--divert", "/usr/bin/py3compile.real",
-                 "--add", "/usr/bin/py3compile")
+        root.run(
+            "dpkg-divert",
+            "--local",
+            "--rename",
+            "--divert",
+            "/usr/bin/py3compile.real",
+            "--add",
+            "/usr/bin/py3compile",
+        )
         root.write("/usr/bin/py3compile", "#!/bin/sh\nexit 0\n", mode=0o755)
-    root.run("apt-get", "install", "-y", "-qq", "--no-install-recommends",
-             "-o", "Dpkg::Options::=--force-confold", *release.packages, env=env, timeout=3600)
+    root.run(
+        "apt-get",
+        "install",
+        "-y",
+        "-qq",
+        "--no-install-recommends",
+        "-o",
+        "Dpkg::Options::=--force-confold",
+        *release.packages,
+        env=env,
+        timeout=3600,
+    )
     if emulated:
         root.file("/usr/bin/py3compile").unlink()
         root.run("dpkg-divert", "--local", "--rename", "--remove", "/usr/bin/py3compile")
@@ -437,13 +571,19 @@ def _remove(path: pathlib.Path) -> None:
 def _check(argv) -> None:
     res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if res.returncode:
-        raise RootError(f"{' '.join(argv)}: exit {res.returncode}\n"
-                        f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
+        raise RootError(
+            f"{' '.join(argv)}: exit {res.returncode}\n{res.stdout[-3000:]}{res.stderr[-3000:]}"
+        )
 
 
 # Every root the tests and the cross build use, in the order they are first needed.
-RELEASES = {"trixie-cross": TRIXIE_CROSS, "bookworm": BOOKWORM, "trixie": TRIXIE, "sid": SID,
-            "trixie-arm64": TRIXIE_ARM64}
+RELEASES = {
+    "trixie-cross": TRIXIE_CROSS,
+    "bookworm": BOOKWORM,
+    "trixie": TRIXIE,
+    "sid": SID,
+    "trixie-arm64": TRIXIE_ARM64,
+}
 # `all` builds in two lines at once: the emulated root's build is one long chain of qemu
 # processes that keeps one core busy for some 20 minutes, the native ones' build is the rest.
 # Side by side they use both cores, and the emulated root is ready about when the native
@@ -455,8 +595,11 @@ def _ensure_all(names) -> None:
     for name in names:
         built = DebianRoot.ensure(RELEASES[name])
         built.close()
-        print(built.path, f"built in {built.build_seconds:.0f}s" if built.build_seconds
-              else "cached", flush=True)
+        print(
+            built.path,
+            f"built in {built.build_seconds:.0f}s" if built.build_seconds else "cached",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
@@ -467,7 +610,9 @@ if __name__ == "__main__":
 
     names = sys.argv[1:] or ["bookworm"]
     lines = ALL if names == ["all"] else (names,)
-    with contextlib.suppress(KeyboardInterrupt), \
-            concurrent.futures.ThreadPoolExecutor(len(lines)) as pool:
+    with (
+        contextlib.suppress(KeyboardInterrupt),
+        concurrent.futures.ThreadPoolExecutor(len(lines)) as pool,
+    ):
         for done in [pool.submit(_ensure_all, line) for line in lines]:
             done.result()

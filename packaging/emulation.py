@@ -50,18 +50,33 @@ def handler(arch: str) -> pathlib.Path:
 def script(arch: str) -> str:
     """Shell lines that, run first in `wrap`'s namespaces, give them their /proc and the
     handler of `arch`."""
-    return ("mount -t proc proc /proc\n"
-            f"mount -t binfmt_misc binfmt_misc {BINFMT}\n"
-            f"cat {handler(arch)} > {BINFMT}/register\n")
+    return (
+        "mount -t proc proc /proc\n"
+        f"mount -t binfmt_misc binfmt_misc {BINFMT}\n"
+        f"cat {handler(arch)} > {BINFMT}/register\n"
+    )
 
 
 def wrap(argv: list[str]) -> list[str]:
     """`argv` in new user, pid and mount namespaces; it starts once `spawn` has mapped the
     ids (until then the new namespace's root has no ids on the files). `kill` ends all of it."""
     wait = 'until grep -q " 0 " /proc/self/uid_map; do sleep 0.01; done\nexec "$@"\n'
-    return ["unshare", "--user", "--pid", "--fork", "--kill-child", "--mount", "--propagation",
-            "private", "--",
-            "/bin/sh", "-c", wait, "sh", *argv]
+    return [
+        "unshare",
+        "--user",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        wait,
+        "sh",
+        *argv,
+    ]
 
 
 def spawn(argv: list[str], **popen) -> subprocess.Popen:
@@ -97,7 +112,19 @@ def kill(proc: subprocess.Popen) -> None:
 def registered() -> list[str]:
     """The handlers the machine's own binfmt_misc has, seen from a mount namespace of its own
     (the machine has it unmounted)."""
-    res = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
-                          f"mount -t binfmt_misc binfmt_misc {BINFMT} && ls {BINFMT}"],
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            f"mount -t binfmt_misc binfmt_misc {BINFMT} && ls {BINFMT}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return sorted(set(res.stdout.split()) - {"register", "status"})

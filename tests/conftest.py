@@ -29,9 +29,12 @@ pytest_plugins = ("tests.harness.watchdog", "tests.harness.lanes")
 
 
 def pytest_addoption(parser):
-    parser.addoption("--timings-out", metavar="FILE",
-                     help="write the time by layer and by test to FILE (JSON) instead of "
-                          "reporting them: tests/harness/lanes.py adds up its lanes'")
+    parser.addoption(
+        "--timings-out",
+        metavar="FILE",
+        help="write the time by layer and by test to FILE (JSON) instead of "
+        "reporting them: tests/harness/lanes.py adds up its lanes'",
+    )
 
 
 def pytest_report_header():
@@ -123,8 +126,11 @@ def pytest_collection_modifyitems(items):
     one the slowest, so that on a fresh machine the other layers run while they build. A test
     of that layer may wait for its root in its set-up: it gets a longer limit."""
     # make test-unit selects by marker: a test that uses the cluster must say so.
-    unmarked = [item.nodeid for item in items if "cluster" in getattr(item, "fixturenames", ())
-                and not item.get_closest_marker("cluster")]
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "cluster" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("cluster")
+    ]
     if unmarked:
         raise pytest.UsageError(f"tests that use the cluster, not marked `cluster`: {unmarked}")
 
@@ -161,7 +167,8 @@ def pytest_sessionfinish(session, exitstatus):
     timings_out = session.config.getoption("timings_out")
     if timings_out:
         pathlib.Path(timings_out).write_text(
-            json.dumps({"layers": _layer_seconds, "tests": _test_seconds}))
+            json.dumps({"layers": _layer_seconds, "tests": _test_seconds})
+        )
     # Cases named one by one (FILE::NAME) are not a whole file.
     if any("::" in arg for arg in session.config.args):
         return

@@ -26,9 +26,23 @@ MESSENGER = "msgr-worker-"
 
 def run_child(cluster, mode, name, out):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GLANCE_RBD_NATIVE")}
-    run = subprocess.run([sys.executable, "-m", "tests.harness.exit_probe", mode,
-                          str(cluster.conf_path), cluster.pool, name, str(out)], cwd=CHECKOUT,
-                         env=env, capture_output=True, text=True, timeout=180)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.harness.exit_probe",
+            mode,
+            str(cluster.conf_path),
+            cluster.pool,
+            name,
+            str(out),
+        ],
+        cwd=CHECKOUT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     probes = {}
     if out.exists():
         for line in out.read_text().splitlines():
@@ -47,8 +61,9 @@ def messengers(seen):
 
 
 @pytest.mark.parametrize("round_", range(5))
-def test_idle_connections_are_shut_down_before_the_destructors(cluster, clean_pool, tmp_path,
-                                                                 round_):
+def test_idle_connections_are_shut_down_before_the_destructors(
+    cluster, clean_pool, tmp_path, round_
+):
     name = new_name("clean-exit")
     run, probes = run_child(cluster, "idle", name, tmp_path / "probe")
     clean_pool.remove(name)

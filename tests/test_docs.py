@@ -27,15 +27,24 @@ import subprocess
 import pytest
 
 CHECKOUT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "CONTRIBUTING.md",
-        *sorted(str(p.relative_to(CHECKOUT)) for p in (CHECKOUT / "docs").rglob("*.md"))]
+DOCS = [
+    "README.md",
+    "CONTRIBUTING.md",
+    *sorted(str(p.relative_to(CHECKOUT)) for p in (CHECKOUT / "docs").rglob("*.md")),
+]
 # glance's and glance_store's files, which the docs compare the driver against.
 OTHERS = {"driver.py", "backend.py", "multi_backend.py", "rbd.py", "image_data.py"}
 # CONTRIBUTING.md's layout names every top-level folder, and every file directly in these but
 # the module files a folder stands for.
-LAYOUT_FOLDERS = {"src", "core/src", "core/src/rbd", "core/src/transfer",
-                  "python/glance_rbd_native", "python/glance_rbd_native/leftovers",
-                  "tests/harness"}
+LAYOUT_FOLDERS = {
+    "src",
+    "core/src",
+    "core/src/rbd",
+    "core/src/transfer",
+    "python/glance_rbd_native",
+    "python/glance_rbd_native/leftovers",
+    "tests/harness",
+}
 FOLDER_MODULES = {"mod.rs", "__init__.py"}
 
 TEST_REF = re.compile(r"((?:[\w.-]+/)*test_\w+\.py)((?:::\w+)*)(?:\[.*\])?")
@@ -50,15 +59,24 @@ FENCE = re.compile(r"\s*```")
 @functools.cache
 def tree() -> frozenset[str]:
     """The checkout's files, tracked or not, less what .gitignore ignores."""
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                         cwd=CHECKOUT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return frozenset(out.splitlines())
 
 
 @functools.cache
 def folders() -> frozenset[str]:
-    return frozenset(str(parent) for path in tree() for parent in pathlib.PurePath(path).parents
-                     if str(parent) != ".")
+    return frozenset(
+        str(parent)
+        for path in tree()
+        for parent in pathlib.PurePath(path).parents
+        if str(parent) != "."
+    )
 
 
 @functools.cache
@@ -84,8 +102,11 @@ def defined_tests(file: str) -> frozenset[str]:
     names = set()
     for node in ast.parse((CHECKOUT / file).read_text()).body:
         if isinstance(node, ast.ClassDef):
-            names.update(f"{node.name}::{item.name}" for item in node.body
-                         if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef))
+            names.update(
+                f"{node.name}::{item.name}"
+                for item in node.body
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+            )
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             names.add(node.name)
     return frozenset(name for name in names if name.rpartition("::")[2].startswith("test_"))
@@ -95,8 +116,11 @@ def files_named(cited: str) -> list[str]:
     """The test files `cited` may name."""
     if "/" in cited:
         return [path for path in (cited, f"tests/{cited}") if path in tree()]
-    return sorted(path for path in tree()
-                  if path.startswith("tests/") and pathlib.PurePath(path).name == cited)
+    return sorted(
+        path
+        for path in tree()
+        if path.startswith("tests/") and pathlib.PurePath(path).name == cited
+    )
 
 
 def missing_test(cited: str) -> str | None:
@@ -126,8 +150,9 @@ def missing_path(word: str) -> str | None:
         if not any(pathlib.PurePath(p).name == word for p in tree()):
             return "no file of that name in the checkout"
         return None
-    if path.parts[0] in outputs() or (path.suffix not in extensions()
-                                      and path.parts[0] not in top_level()):
+    if path.parts[0] in outputs() or (
+        path.suffix not in extensions() and path.parts[0] not in top_level()
+    ):
         return None
     if str(path) not in tree() | folders():
         return "no such file or folder in the checkout"
@@ -137,17 +162,22 @@ def missing_path(word: str) -> str | None:
 @functools.cache
 def all_tests() -> frozenset[str]:
     """The names of the tests every test file defines."""
-    return frozenset(test.rpartition("::")[2] for path in tree() if path.startswith("tests/")
-                     and TEST_REF.fullmatch(pathlib.PurePath(path).name)
-                     for test in defined_tests(path))
+    return frozenset(
+        test.rpartition("::")[2]
+        for path in tree()
+        if path.startswith("tests/") and TEST_REF.fullmatch(pathlib.PurePath(path).name)
+        for test in defined_tests(path)
+    )
 
 
 def problems_of_span(span: str) -> list[str]:
     """What the checkout lacks of what the code span `span` cites."""
     if name := TEST_NAME.fullmatch(span):
         return [] if name.group(1) in all_tests() else [f"no test {name.group(1)} in tests/"]
-    problems = [missing_test(word) if TEST_REF.fullmatch(word) else missing_path(word)
-                for word in span.split()]
+    problems = [
+        missing_test(word) if TEST_REF.fullmatch(word) else missing_path(word)
+        for word in span.split()
+    ]
     return [problem for problem in problems if problem]
 
 
@@ -160,8 +190,10 @@ def spans(doc: str) -> list[tuple[int, str]]:
             fenced = not fenced
         prose.append("" if fenced or FENCE.match(line) else line)
     text = "\n".join(prose)
-    return [(text.count("\n", 0, m.start()) + 1, " ".join(m.group(1).split()))
-            for m in SPAN.finditer(text)]
+    return [
+        (text.count("\n", 0, m.start()) + 1, " ".join(m.group(1).split()))
+        for m in SPAN.finditer(text)
+    ]
 
 
 def fenced_lines(doc: str) -> list[tuple[int, str]]:
@@ -193,19 +225,32 @@ def make_target(command: str) -> str | None:
 @pytest.mark.parametrize("doc", DOCS)
 def test_what_the_docs_cite_exists(doc):
     cited = [(line, span, problems_of_span(span)) for line, span in spans(doc)]
-    cited += [(line, word, [missing_test(word)]) for line, text in fenced_lines(doc)
-              for word in text.split() if TEST_REF.fullmatch(word)]
-    problems = [f"{doc}:{line}: `{what}`: {problem}"
-                for line, what, found in cited for problem in found if problem]
+    cited += [
+        (line, word, [missing_test(word)])
+        for line, text in fenced_lines(doc)
+        for word in text.split()
+        if TEST_REF.fullmatch(word)
+    ]
+    problems = [
+        f"{doc}:{line}: `{what}`: {problem}"
+        for line, what, found in cited
+        for problem in found
+        if problem
+    ]
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("doc", DOCS)
 def test_the_make_targets_cited_exist(doc):
-    unknown = [(line, command) for line, command in [*spans(doc), *fenced_lines(doc)]
-               if make_target(command) and make_target(command) not in make_targets()]
-    assert not unknown, "\n".join(f"{doc}:{line}: `{command}`: the Makefile has no target "
-                                  f"{make_target(command)}" for line, command in unknown)
+    unknown = [
+        (line, command)
+        for line, command in [*spans(doc), *fenced_lines(doc)]
+        if make_target(command) and make_target(command) not in make_targets()
+    ]
+    assert not unknown, "\n".join(
+        f"{doc}:{line}: `{command}`: the Makefile has no target {make_target(command)}"
+        for line, command in unknown
+    )
 
 
 def layout() -> list[str]:
@@ -238,17 +283,25 @@ def layout_entries() -> list[str]:
 
 
 def test_the_layout_lists_what_exists():
-    missing = [entry for entry in layout_entries()
-               if entry.rstrip("/") not in tree() | folders()]
+    missing = [entry for entry in layout_entries() if entry.rstrip("/") not in tree() | folders()]
     assert not missing, f"CONTRIBUTING.md's Layout lists what the checkout lacks: {missing}"
 
 
 def test_the_layout_names_every_folder_and_module():
     text = "\n".join(layout())
     wanted = sorted({path.split("/")[0] + "/" for path in tree() if "/" in path})
-    wanted += sorted(path for path in tree() if str(pathlib.PurePath(path).parent) in
-                     LAYOUT_FOLDERS and pathlib.PurePath(path).name not in FOLDER_MODULES)
-    unnamed = [path for path in wanted if path not in layout_entries() and not re.search(
-        rf"(?<![\w.]){re.escape(pathlib.PurePath(path).name)}(?!\w)", text)]
-    assert not unnamed, f"CONTRIBUTING.md's Layout names neither the path nor the file name " \
-                        f"of: {unnamed}"
+    wanted += sorted(
+        path
+        for path in tree()
+        if str(pathlib.PurePath(path).parent) in LAYOUT_FOLDERS
+        and pathlib.PurePath(path).name not in FOLDER_MODULES
+    )
+    unnamed = [
+        path
+        for path in wanted
+        if path not in layout_entries()
+        and not re.search(rf"(?<![\w.]){re.escape(pathlib.PurePath(path).name)}(?!\w)", text)
+    ]
+    assert not unnamed, (
+        f"CONTRIBUTING.md's Layout names neither the path nor the file name of: {unnamed}"
+    )

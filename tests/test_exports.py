@@ -36,11 +36,20 @@ def stub_names():
 def type_checking_imports():
     """The names `__init__.py` imports from the native module for type checkers alone."""
     tree = ast.parse((PACKAGE / "__init__.py").read_text())
-    blocks = [node for node in tree.body if isinstance(node, ast.If)
-              and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"]
-    return {alias.asname or alias.name for block in blocks for node in block.body
-            if isinstance(node, ast.ImportFrom) and node.module == "glance_rbd_native._native"
-            for alias in node.names}
+    blocks = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    ]
+    return {
+        alias.asname or alias.name
+        for block in blocks
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module == "glance_rbd_native._native"
+        for alias in node.names
+    }
 
 
 def modules():
@@ -53,19 +62,25 @@ def modules():
 
 def test_the_native_module_defines_the_stubs_names():
     stub, native = stub_names(), public(dir(_native))
-    assert stub == native, (f"only in _native.pyi: {sorted(stub - native)}; only in the native "
-                            f"module: {sorted(native - stub)}")
+    assert stub == native, (
+        f"only in _native.pyi: {sorted(stub - native)}; only in the native "
+        f"module: {sorted(native - stub)}"
+    )
 
 
 def test_the_package_exports_every_native_name():
     stub, exported = stub_names(), set(glance_rbd_native.__all__) - PYTHON_NAMES
-    assert exported == stub, (f"in _native.pyi, not in glance_rbd_native.__all__: "
-                              f"{sorted(stub - exported)}; in __all__, not in the stub: "
-                              f"{sorted(exported - stub)}")
+    assert exported == stub, (
+        f"in _native.pyi, not in glance_rbd_native.__all__: "
+        f"{sorted(stub - exported)}; in __all__, not in the stub: "
+        f"{sorted(exported - stub)}"
+    )
     checked = type_checking_imports()
-    assert checked == stub, (f"in _native.pyi, not imported under TYPE_CHECKING in __init__.py: "
-                             f"{sorted(stub - checked)}; imported there, not in the stub: "
-                             f"{sorted(checked - stub)}")
+    assert checked == stub, (
+        f"in _native.pyi, not imported under TYPE_CHECKING in __init__.py: "
+        f"{sorted(stub - checked)}; imported there, not in the stub: "
+        f"{sorted(checked - stub)}"
+    )
 
 
 def test_every_all_lists_names_its_module_has_once():

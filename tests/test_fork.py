@@ -35,7 +35,8 @@ def test_children_of_a_connected_parent_upload(cluster, clean_pool):
             code = 1
             try:
                 result = make_store(cluster, chunk_mib=1).add(
-                    name, io.BytesIO(data), len(data), "sha512")
+                    name, io.BytesIO(data), len(data), "sha512"
+                )
                 code = 0 if result[1:4] == expected_result(data) else 2
             except BaseException:
                 traceback.print_exc()

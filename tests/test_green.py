@@ -25,18 +25,33 @@ SIZE = 192 * MiB
 # transfer, 0.28-0.88 s.
 GREEN_LATE = 0.15
 
+
 @pytest.fixture(scope="module")
 def measured(cluster):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GLANCE_RBD_NATIVE")}
-    run = subprocess.run([sys.executable, "-m", "tests.harness.green_transfers",
-                          str(cluster.conf_path), cluster.pool, str(SIZE)], cwd=CHECKOUT, env=env,
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.harness.green_transfers",
+            str(cluster.conf_path),
+            cluster.pool,
+            str(SIZE),
+        ],
+        cwd=CHECKOUT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.splitlines()[-1])
     for mode in ("green", "direct"):
         for transfer, figures in result[mode].items():
-            print(f"{mode} {transfer}: {figures['seconds']:.2f}s, "
-                  f"tick late by {figures['late'] * 1000:.1f} ms at most")
+            print(
+                f"{mode} {transfer}: {figures['seconds']:.2f}s, "
+                f"tick late by {figures['late'] * 1000:.1f} ms at most"
+            )
     assert not set(result["names"]) & set(cluster.images())
     return result
 

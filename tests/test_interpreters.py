@@ -32,13 +32,20 @@ def test_the_wheel_uploads_from_python(version, cluster, clean_pool, tmp_path):
     source.write_bytes(data)
     name = new_name(f"py{version}")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    out = subprocess.run([str(python), str(PROGRAM), str(cluster.conf_path), cluster.pool, name,
-                          SNAP, str(source)], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(python), str(PROGRAM), str(cluster.conf_path), cluster.pool, name, SNAP, str(source)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["python"] == version
     assert result["written"] == len(data)
-    assert result["digests"] == {"md5": hashlib.md5(data).hexdigest(),
-                                 "sha512": hashlib.sha512(data).hexdigest()}
+    assert result["digests"] == {
+        "md5": hashlib.md5(data).hexdigest(),
+        "sha512": hashlib.sha512(data).hexdigest(),
+    }
     assert clean_pool.read(name) == data  # at the snapshot
     clean_pool.remove(name)

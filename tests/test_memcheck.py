@@ -20,9 +20,20 @@ PROGRAM = pathlib.Path(__file__).resolve().parent.parent / "target/debug/example
 def test_lifecycle_has_no_memory_errors_or_leaks(cluster, clean_pool):
     assert PROGRAM.exists(), "build it first: make lifecycle (make test does)"
     run = subprocess.run(
-        ["valgrind", "--tool=memcheck", "--leak-check=full", "--errors-for-leak-kinds=definite",
-         "--error-exitcode=99", str(PROGRAM), str(cluster.conf_path), cluster.pool],
-        capture_output=True, text=True, timeout=600)
+        [
+            "valgrind",
+            "--tool=memcheck",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite",
+            "--error-exitcode=99",
+            str(PROGRAM),
+            str(cluster.conf_path),
+            cluster.pool,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     for paths in ("write paths", "read paths", "every path"):
         assert f"lifecycle: {paths} ran" in run.stdout, run.stderr[-3000:]
     assert run.returncode == 0, run.stderr[-3000:]

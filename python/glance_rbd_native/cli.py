@@ -100,52 +100,85 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="glance-rbd-native",
         description="Uploads in flight in glance's rbd backends, and the partial images whose "
-                    "writer is gone.")
+        "writer is gone.",
+    )
     _configuration(parser, "")
     commands = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     _configuration(common, "_after")
     common.add_argument("--format", choices=("text", "json"), default="text")
-    common.add_argument("--presume-gone-after", type=_age, metavar="AGE",
-                        help="a writer that cannot be seen from this host (another host, "
-                             "another container's pids) is presumed gone after this long with "
-                             "neither a watch nor a refresh of its mark (default: "
-                             f"[{settings.GROUP.name}] presume_gone_after of the "
-                             "configuration, 1h)")
+    common.add_argument(
+        "--presume-gone-after",
+        type=_age,
+        metavar="AGE",
+        help="a writer that cannot be seen from this host (another host, "
+        "another container's pids) is presumed gone after this long with "
+        "neither a watch nor a refresh of its mark (default: "
+        f"[{settings.GROUP.name}] presume_gone_after of the "
+        "configuration, 1h)",
+    )
     commands.add_parser(
-        "status", parents=[common],
-        help="every upload in flight: host, pid, age, bytes, rate, and whether its writer lives")
+        "status",
+        parents=[common],
+        help="every upload in flight: host, pid, age, bytes, rate, and whether its writer lives",
+    )
     sweep = commands.add_parser(
-        "sweep", parents=[common],
-        help="the partial images whose writer is gone; --remove removes them")
-    sweep.add_argument("--remove", action="store_true",
-                       help="remove the partial images whose writer is gone (fencing first a "
-                            "writer presumed gone), and drop stale marks")
-    sweep.add_argument("--include-unmarked", action="store_true",
-                       help="also list partial images without a native mark (stock's, another "
-                            "tool's), named as glance names images, with no watcher, that "
-                            "glance's database does not reference; needs --older-than; lists "
-                            "the whole pool")
-    sweep.add_argument("--older-than", type=_age, metavar="AGE",
-                       help="with --include-unmarked: created at least this long ago, e.g. "
-                            "3600, 30m, 12h, 2d")
-    sweep.add_argument("images", nargs="*", metavar="IMAGE",
-                       help="with --include-unmarked --remove: the unmarked images to remove, "
-                            "out of those it lists")
-    sweep.add_argument("--all-unmarked", action="store_true",
-                       help="with --include-unmarked --remove: remove every unmarked image it "
-                            "lists")
+        "sweep",
+        parents=[common],
+        help="the partial images whose writer is gone; --remove removes them",
+    )
+    sweep.add_argument(
+        "--remove",
+        action="store_true",
+        help="remove the partial images whose writer is gone (fencing first a "
+        "writer presumed gone), and drop stale marks",
+    )
+    sweep.add_argument(
+        "--include-unmarked",
+        action="store_true",
+        help="also list partial images without a native mark (stock's, another "
+        "tool's), named as glance names images, with no watcher, that "
+        "glance's database does not reference; needs --older-than; lists "
+        "the whole pool",
+    )
+    sweep.add_argument(
+        "--older-than",
+        type=_age,
+        metavar="AGE",
+        help="with --include-unmarked: created at least this long ago, e.g. 3600, 30m, 12h, 2d",
+    )
+    sweep.add_argument(
+        "images",
+        nargs="*",
+        metavar="IMAGE",
+        help="with --include-unmarked --remove: the unmarked images to remove, "
+        "out of those it lists",
+    )
+    sweep.add_argument(
+        "--all-unmarked",
+        action="store_true",
+        help="with --include-unmarked --remove: remove every unmarked image it lists",
+    )
     return parser
 
 
 def _configuration(parser: argparse.ArgumentParser, suffix: str) -> None:
     """--config-file and --backend, accepted before and after the command."""
-    parser.add_argument("--config-file", action="append", default=[], metavar="PATH",
-                        dest="config_file" + suffix,
-                        help="glance-api's configuration; repeat for more files, read in order "
-                             "(default: oslo.config's search, as glance-manage)")
-    parser.add_argument("--backend", metavar="NAME", dest="backend" + suffix,
-                        help="only this backend of enabled_backends (default: every rbd one)")
+    parser.add_argument(
+        "--config-file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        dest="config_file" + suffix,
+        help="glance-api's configuration; repeat for more files, read in order "
+        "(default: oslo.config's search, as glance-manage)",
+    )
+    parser.add_argument(
+        "--backend",
+        metavar="NAME",
+        dest="backend" + suffix,
+        help="only this backend of enabled_backends (default: every rbd one)",
+    )
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -188,8 +221,11 @@ def _backends(
     conf.register_opt(cfg.DictOpt("enabled_backends"))
     conf.register_opt(cfg.StrOpt("connection", secret=True), group="database")
     try:
-        conf(args=[f"--config-file={path}" for path in config_files], project="glance",
-             prog="glance-api")
+        conf(
+            args=[f"--config-file={path}" for path in config_files],
+            project="glance",
+            prog="glance-api",
+        )
     except cfg.Error as exc:
         raise Failure(f"cannot read the configuration: {exc}", 2) from exc
     if conf.enabled_backends:
@@ -204,12 +240,16 @@ def _backends(
         names = ["glance_store"] if "rbd" in _single_store_types(conf) else []
     if only:
         if only not in names:
-            raise Failure(f"no rbd backend {only!r} in the configuration (rbd backends: "
-                          f"{', '.join(names) or 'none'})", 2)
+            raise Failure(
+                f"no rbd backend {only!r} in the configuration (rbd backends: "
+                f"{', '.join(names) or 'none'})",
+                2,
+            )
         names = [only]
     if not names:
-        raise Failure("the configuration has no rbd backend (enabled_backends, or "
-                      "[glance_store] stores)", 2)
+        raise Failure(
+            "the configuration has no rbd backend (enabled_backends, or [glance_store] stores)", 2
+        )
     backends = []
     for name in names:
         try:
@@ -240,10 +280,19 @@ def _referenced(conf: "cfg.ConfigOpts") -> Referenced:
         engine = sqlalchemy.create_engine(url)
         try:
             with engine.connect() as db:
-                ids = {row[0] for row in db.execute(sqlalchemy.text(
-                    "SELECT id FROM images WHERE deleted = :no"), {"no": False})}
-                locations = [row[0] for row in db.execute(sqlalchemy.text(
-                    "SELECT value FROM image_locations WHERE deleted = :no"), {"no": False})]
+                ids = {
+                    row[0]
+                    for row in db.execute(
+                        sqlalchemy.text("SELECT id FROM images WHERE deleted = :no"), {"no": False}
+                    )
+                }
+                locations = [
+                    row[0]
+                    for row in db.execute(
+                        sqlalchemy.text("SELECT value FROM image_locations WHERE deleted = :no"),
+                        {"no": False},
+                    )
+                ]
         finally:
             engine.dispose()
     except Exception as exc:  # any driver's error: the operator reads why
@@ -253,7 +302,7 @@ def _referenced(conf: "cfg.ConfigOpts") -> Referenced:
     for location in locations:
         # rbd://FSID/POOL/IMAGE/SNAP, or rbd://IMAGE of the oldest releases.
         if location and location.startswith("rbd://"):
-            parts = location[len("rbd://"):].split("/")
+            parts = location[len("rbd://") :].split("/")
             names.add(parts[2] if len(parts) == 4 else parts[0])
     return names, None
 
@@ -269,9 +318,11 @@ def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Refere
     except rados.Error as exc:
         code = getattr(exc, "errno", None)
         if code is None:
-            raise Failure(f"backend {backend.name}: cannot connect to the Ceph cluster (conf "
-                          f"{backend.conffile or 'default'}, user {backend.user or 'default'}): "
-                          f"{exc}") from exc
+            raise Failure(
+                f"backend {backend.name}: cannot connect to the Ceph cluster (conf "
+                f"{backend.conffile or 'default'}, user {backend.user or 'default'}): "
+                f"{exc}"
+            ) from exc
         # The native driver's words for it, with what the keyring holds.
         why = _native._connect_failure(code, conffile=backend.conffile, user=backend.user)
         raise Failure(f"backend {backend.name}: {why}") from exc
@@ -281,24 +332,36 @@ def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Refere
             return _look(args, backend, leftovers.Pool(cluster, ioctx), referenced)
     except rados.ObjectNotFound as exc:
         raise Failure(f"backend {backend.name}: pool {backend.pool!r} not found") from exc
-    except (rados.PermissionError, rados.PermissionDeniedError, rbd.PermissionError,
-            PermissionError) as exc:
+    except (
+        rados.PermissionError,
+        rados.PermissionDeniedError,
+        rbd.PermissionError,
+        PermissionError,
+    ) as exc:
         # The native driver's words for it, as for the timeout below.
         advice = _native._caps_advice(errno.EPERM, backend.pool, entity)
-        raise Failure(f"backend {backend.name}: the cluster refused {entity} in pool "
-                      f"{backend.pool!r} ({exc}): {advice}") from exc
+        raise Failure(
+            f"backend {backend.name}: the cluster refused {entity} in pool "
+            f"{backend.pool!r} ({exc}): {advice}"
+        ) from exc
     except (rados.TimedOut, rbd.Timeout) as exc:
         advice = _native._caps_advice(errno.ETIMEDOUT, backend.pool, entity)
-        raise Failure(f"backend {backend.name}: the cluster did not answer {entity} in pool "
-                      f"{backend.pool!r} in time ({exc}): {advice}") from exc
+        raise Failure(
+            f"backend {backend.name}: the cluster did not answer {entity} in pool "
+            f"{backend.pool!r} in time ({exc}): {advice}"
+        ) from exc
     except (rados.Error, rbd.Error) as exc:
         raise Failure(f"backend {backend.name}: {exc}") from exc
     finally:
         cluster.shutdown()
 
 
-def _look(args: argparse.Namespace, backend: Backend, pool: leftovers.Pool,
-          referenced: Optional[Referenced]) -> Result:
+def _look(
+    args: argparse.Namespace,
+    backend: Backend,
+    pool: leftovers.Pool,
+    referenced: Optional[Referenced],
+) -> Result:
     found = leftovers.uploads(pool, args.presume_gone_after)
     result: Result = {"backend": backend.name, "pool": backend.pool}
     now = time.time()
@@ -312,8 +375,9 @@ def _look(args: argparse.Namespace, backend: Backend, pool: leftovers.Pool,
     if args.include_unmarked:
         names, why = cast(Referenced, referenced)  # read by main() for --include-unmarked
         result["database"] = "read" if names is not None else f"not read: {why}"
-        unmarked = leftovers.unmarked(pool, args.older_than, skip={u.image for u in found},
-                                      referenced=names)
+        unmarked = leftovers.unmarked(
+            pool, args.older_than, skip={u.image for u in found}, referenced=names
+        )
     result["gone"] = [u.as_dict(now) for u in gone]
     result["kept"] = [u.as_dict(now) for u in kept]
     result["unmarked"] = [u.as_dict(now) for u in unmarked]
@@ -338,33 +402,46 @@ def _print(args: argparse.Namespace, result: Result) -> None:
         if not result["uploads"]:
             print(f"{where}: no upload in flight")
         for upload in result["uploads"]:
-            print(f"{where}/{upload['image']}  {_STATE_WORDS[upload['state']]}  "
-                  f"{_writer(upload)}  age {duration(upload['age_seconds'])}  "
-                  f"{size(upload['bytes'])} stored  {_rate(upload)}  ({upload['reason']})")
+            print(
+                f"{where}/{upload['image']}  {_STATE_WORDS[upload['state']]}  "
+                f"{_writer(upload)}  age {duration(upload['age_seconds'])}  "
+                f"{size(upload['bytes'])} stored  {_rate(upload)}  ({upload['reason']})"
+            )
         return
     verb = "removed" if args.remove else "would remove"
     if not result["gone"]:
         print(f"{where}: no partial image whose writer is gone")
     for upload in result["gone"]:
-        print(f"{where}/{upload['image']}  {upload.get('outcome', verb)}: {upload['reason']}; "
-              f"{_writer(upload)}, started {duration(upload['age_seconds'])} ago, "
-              f"{size(upload['bytes'])} stored")
+        print(
+            f"{where}/{upload['image']}  {upload.get('outcome', verb)}: {upload['reason']}; "
+            f"{_writer(upload)}, started {duration(upload['age_seconds'])} ago, "
+            f"{size(upload['bytes'])} stored"
+        )
     for upload in result["kept"]:
         print(f"{where}/{upload['image']}  kept: {upload['reason']}")
     if "database" in result and result["database"] != "read":
-        print(f"{where}: glance's database was {result['database']}: the unmarked images below "
-              "may still be glance's")
+        print(
+            f"{where}: glance's database was {result['database']}: the unmarked images below "
+            "may still be glance's"
+        )
     for upload in result["unmarked"]:
-        print(f"{where}/{upload['image']}  {upload.get('outcome', verb)} (unmarked): "
-              f"{upload['reason']}; created {duration(upload['age_seconds'])} ago")
+        print(
+            f"{where}/{upload['image']}  {upload.get('outcome', verb)} (unmarked): "
+            f"{upload['reason']}; created {duration(upload['age_seconds'])} ago"
+        )
     if result["stale_marks"]:
         done = "dropped" if args.remove else "--remove drops them"
-        print(f"{where}: {result['stale_marks']} stale marks of finished or removed images "
-              f"({done})")
+        print(
+            f"{where}: {result['stale_marks']} stale marks of finished or removed images ({done})"
+        )
 
 
-_STATE_WORDS = {"alive": "writer alive", "gone": "writer GONE",
-                "silent": "writer SILENT", "unreadable": "mark UNREADABLE"}
+_STATE_WORDS = {
+    "alive": "writer alive",
+    "gone": "writer GONE",
+    "silent": "writer SILENT",
+    "unreadable": "mark UNREADABLE",
+}
 
 
 def _writer(upload: leftovers.UploadDict) -> str:

@@ -97,5 +97,9 @@ def stock_sets_librados_timeouts() -> bool:
     from glance_store._drivers import rbd
 
     option = next((opt for opt in rbd.Store.OPTIONS if opt.name == "rados_connect_timeout"), None)
-    return (option is not None and not option.deprecated_for_removal
-            and option.default is not None and option.default < 0)
+    return (
+        option is not None
+        and not option.deprecated_for_removal
+        and option.default is not None
+        and option.default < 0
+    )

@@ -32,8 +32,13 @@ if TYPE_CHECKING:
 LOG = logging.getLogger(__name__)
 
 
-def get(self: compat.RbdStore, location: "Location", offset: int = 0,
-        chunk_size: Optional[int] = None, context: object = None) -> tuple["ImageChunks", int]:
+def get(
+    self: compat.RbdStore,
+    location: "Location",
+    offset: int = 0,
+    chunk_size: Optional[int] = None,
+    context: object = None,
+) -> tuple["ImageChunks", int]:
     """Reads an image through ``RbdReader``; see glance_store's ``Store.get``. Like stock,
     ``offset`` and ``chunk_size`` are ignored: the store's READ_CHUNKSIZE is used. The image
     is opened once, here, for its size and for the first iteration."""
@@ -55,8 +60,14 @@ class ImageChunks:
     image from the start (the first with the reader ``get`` opened), lazily; ``close()``
     stops the latest one."""
 
-    def __init__(self, store: compat.RbdStore, pool: str, image: str, snapshot: Optional[str],
-                 reader: RbdReader) -> None:
+    def __init__(
+        self,
+        store: compat.RbdStore,
+        pool: str,
+        image: str,
+        snapshot: Optional[str],
+        reader: RbdReader,
+    ) -> None:
         self.store = store
         self.pool = pool
         self.name = image
@@ -100,12 +111,12 @@ def _chunks(open_reader: Callable[[], RbdReader], image: str) -> Generator[bytes
             reader.close()
     except NotFound as exc:
         # Missing from the start, or deleted while being read.
-        raise exceptions.NotFound(_('RBD image %s does not exist') % image) from exc
+        raise exceptions.NotFound(_("RBD image %s does not exist") % image) from exc
     except PermissionDenied as exc:
         raise errors.refused(exc) from exc
     except Fenced as exc:
         if exc.errno == errno.ENOENT:  # removed by another client while being read
-            raise exceptions.NotFound(_('RBD image %s does not exist') % image) from exc
+            raise exceptions.NotFound(_("RBD image %s does not exist") % image) from exc
         raise errors.fenced(exc) from exc
 
 
@@ -114,7 +125,7 @@ def _open_located(store: compat.RbdStore, loc: "StoreLocation") -> RbdReader:
     try:
         return _open(store, loc.pool or store.pool, loc.image, loc.snapshot)
     except NotFound as exc:
-        msg = _('RBD image %s does not exist') % loc.get_uri()
+        msg = _("RBD image %s does not exist") % loc.get_uri()
         LOG.debug(msg)
         raise exceptions.NotFound(msg) from exc
 
@@ -125,12 +136,15 @@ def _open(store: compat.RbdStore, pool: str, image: str, snapshot: Optional[str]
     options = compat.store_options(store)
     settings.apply(store.conf)
     with errors.opening(store):
-        return progress.watching(green.call(
-            RbdReader,
-            pool, image,
-            snapshot=snapshot or None,
-            conffile=store.conf_file or None,
-            user=options.rbd_store_user or None,
-            connect_timeout=compat.connect_timeout(store),
-            chunk_size=store.READ_CHUNKSIZE,
-        ))
+        return progress.watching(
+            green.call(
+                RbdReader,
+                pool,
+                image,
+                snapshot=snapshot or None,
+                conffile=store.conf_file or None,
+                user=options.rbd_store_user or None,
+                connect_timeout=compat.connect_timeout(store),
+                chunk_size=store.READ_CHUNKSIZE,
+            )
+        )

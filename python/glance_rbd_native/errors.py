@@ -124,7 +124,8 @@ def fenced(exc: "Fenced") -> FencedOff:
 
 def storage_full(image_name: str, exc: "NoSpace") -> exceptions.StorageFull:
     """The stock driver's StorageFull for an upload that ran out of space, logged as stock does."""
-    log_msg = (_LE("Failed to store image %(img_name)s "
-                   "insufficient space available") % {'img_name': image_name})
+    log_msg = _LE("Failed to store image %(img_name)s insufficient space available") % {
+        "img_name": image_name
+    }
     LOG.error("%s: %s", log_msg, exc)
     return exceptions.StorageFull(message=log_msg)

@@ -26,8 +26,12 @@ def patch(force: bool = False) -> bool:
     if not compat.is_supported(version) and not force:
         LOG.warning(
             "glance-rbd-native supports glance_store %s to %d.x (tested with %s), found %s: "
-            "keeping the stock rbd driver", ".".join(map(str, compat.OLDEST_SUPPORTED)),
-            compat.NEWEST_SUPPORTED_MAJOR, ", ".join(compat.TESTED_VERSIONS), version)
+            "keeping the stock rbd driver",
+            ".".join(map(str, compat.OLDEST_SUPPORTED)),
+            compat.NEWEST_SUPPORTED_MAJOR,
+            ", ".join(compat.TESTED_VERSIONS),
+            version,
+        )
         return False
     # Wrapped as stock wraps its own: add and get check the store's capabilities, and add
     # also takes the older calling convention.
@@ -41,8 +45,11 @@ def patch(force: bool = False) -> bool:
         setattr(rbd.Store, name, method)
     # The in-flight bound is logged at the first transfer (settings.py): glance may not have
     # read its configuration yet.
-    LOG.info("glance-rbd-native: the native RBD writer is active for glance_store %s, and the "
-             "native reader", version)
+    LOG.info(
+        "glance-rbd-native: the native RBD writer is active for glance_store %s, and the "
+        "native reader",
+        version,
+    )
     return True
 
 

@@ -54,7 +54,7 @@ _WAITS = {
     "consumer": "the consumer of the download (the client has not taken the next chunk)",
     "cluster": "the cluster (librbd {ops} in flight)",
     "share": "room in its share of the process's in-flight bound ({bound} shared by "
-             "{transfers} transfers)",
+    "{transfers} transfers)",
 }
 
 
@@ -102,8 +102,9 @@ class _Reporter:
         # Made now, from threading's names as they are now: patched by eventlet, or not.
         self.wake = threading.Event()
         self._seen: dict[int, _Seen] = {}
-        self.thread = threading.Thread(target=self._run, name="glance-rbd-native-progress",
-                                       daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, name="glance-rbd-native-progress", daemon=True
+        )
         self.thread.start()
 
     def _run(self) -> None:
@@ -138,17 +139,32 @@ def _report_one(transfer: "_Transfer", state: _Seen, interval: int, threshold: i
     if interval and elapsed - state.last_line >= interval:
         state.last_line = elapsed - elapsed % interval
         of = " of " + size(transfer["size"]) if transfer["size"] else ""
-        LOG.info("%s: %s%s in %s (%s/s)", name, size(done), of, duration(elapsed),
-                 size(done / elapsed if elapsed else 0))
+        LOG.info(
+            "%s: %s%s in %s (%s/s)",
+            name,
+            size(done),
+            of,
+            duration(elapsed),
+            size(done / elapsed if elapsed else 0),
+        )
     idle = elapsed - progressed
     if state.stalled is None:
         if threshold and idle >= threshold:
             state.stalled = progressed
-            LOG.warning("%s: no progress for %s at %s, waiting for %s", name, duration(idle),
-                        size(done), _waiting(transfer))
+            LOG.warning(
+                "%s: no progress for %s at %s, waiting for %s",
+                name,
+                duration(idle),
+                size(done),
+                _waiting(transfer),
+            )
     elif progressed != state.stalled:
-        LOG.info("%s: moving again after %s without progress, at %s", name,
-                 duration(progressed - state.stalled), size(done))
+        LOG.info(
+            "%s: moving again after %s without progress, at %s",
+            name,
+            duration(progressed - state.stalled),
+            size(done),
+        )
         state.stalled = None
 
 
@@ -156,7 +172,6 @@ def _waiting(transfer: "_Transfer") -> str:
     waiting = transfer["waiting"]
     if waiting == "share":
         process = in_flight()
-        return _WAITS["share"].format(bound=size(process["bound"]),
-                                      transfers=process["transfers"])
+        return _WAITS["share"].format(bound=size(process["bound"]), transfers=process["transfers"])
     ops = "writes" if transfer["kind"] == "upload" else "reads"
     return _WAITS.get(waiting, waiting).format(ops=ops)

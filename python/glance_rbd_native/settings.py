@@ -16,13 +16,14 @@ MAX_IN_FLIGHT_ENV = "GLANCE_RBD_NATIVE_MAX_IN_FLIGHT_MIB"
 PROGRESS_INTERVAL_ENV = "GLANCE_RBD_NATIVE_PROGRESS_INTERVAL"
 STALL_THRESHOLD_ENV = "GLANCE_RBD_NATIVE_STALL_THRESHOLD"
 
+
 def _group() -> cfg.OptGroup:
     return cfg.OptGroup(
         "glance_rbd_native",
         title="glance-rbd-native",
         help="The native RBD writer and reader of glance-rbd-native. The switch that turns them "
-             "on, GLANCE_RBD_NATIVE=1, is an environment variable only: it acts when "
-             "glance_store's rbd driver is imported, before glance reads this file.",
+        "on, GLANCE_RBD_NATIVE=1, is an environment variable only: it acts when "
+        "glance_store's rbd driver is imported, before glance reads this file.",
     )
 
 
@@ -34,39 +35,39 @@ OPTS: list[cfg.Opt] = [
         default=DEFAULT_MAX_IN_FLIGHT >> 20,
         min=1,
         help="MiB that all uploads and downloads of one glance-api process may hold at once: "
-             "writes in flight to the cluster and chunks held for hashing, reads ahead of the "
-             "consumer. Shared evenly by the transfers running; each always has at least one "
-             "chunk in flight. The environment variable "
-             f"{MAX_IN_FLIGHT_ENV}, when set, overrides it.",
+        "writes in flight to the cluster and chunks held for hashing, reads ahead of the "
+        "consumer. Shared evenly by the transfers running; each always has at least one "
+        "chunk in flight. The environment variable "
+        f"{MAX_IN_FLIGHT_ENV}, when set, overrides it.",
     ),
     cfg.IntOpt(
         "progress_interval",
         default=progress.DEFAULT_INTERVAL,
         min=0,
         help="Seconds between the INFO lines that give the bytes so far, time and rate of each "
-             "upload and download running longer than that; 0 turns them off. The environment "
-             f"variable {PROGRESS_INTERVAL_ENV}, when set, overrides it.",
+        "upload and download running longer than that; 0 turns them off. The environment "
+        f"variable {PROGRESS_INTERVAL_ENV}, when set, overrides it.",
     ),
     cfg.IntOpt(
         "stall_threshold",
         default=progress.DEFAULT_STALL_THRESHOLD,
         min=0,
         help="Seconds an upload or download may go without progress before a WARNING says "
-             "what it waits on: glance's image data, the cluster, its share of the in-flight "
-             "bound, or the consumer of a download. Once per stall, and an INFO line when it "
-             "moves again; 0 turns the warnings off. The environment variable "
-             f"{STALL_THRESHOLD_ENV}, when set, overrides it.",
+        "what it waits on: glance's image data, the cluster, its share of the in-flight "
+        "bound, or the consumer of a download. Once per stall, and an INFO line when it "
+        "moves again; 0 turns the warnings off. The environment variable "
+        f"{STALL_THRESHOLD_ENV}, when set, overrides it.",
     ),
     cfg.IntOpt(
         "presume_gone_after",
         default=3600,
         min=60,
         help="Seconds after which the writer of a partial image is presumed gone when it cannot "
-             "be seen from the host that looks (another host, another container's pid "
-             "namespace) and has had neither a watch on its image nor a refresh of its mark for "
-             "that long. It is then fenced (its client blocklisted) before the image is "
-             "removed, by `glance-rbd-native sweep --remove` or by an upload of the same image "
-             "id. A writer whose process can be seen is never presumed gone.",
+        "be seen from the host that looks (another host, another container's pid "
+        "namespace) and has had neither a watch on its image nor a refresh of its mark for "
+        "that long. It is then fenced (its client blocklisted) before the image is "
+        "removed, by `glance-rbd-native sweep --remove` or by an upload of the same image "
+        "id. A writer whose process can be seen is never presumed gone.",
     ),
 ]
 
@@ -146,8 +147,15 @@ def _overridden(conf: Optional[cfg.ConfigOpts], name: str) -> tuple[int, str]:
     number = _option(conf, name)
     option = f"[{GROUP.name}] {name}"
     if value:
-        LOG.warning("%s=%r is not %s; using %s, %d %s", env, value, valid, option, number,
-                    _UNITS.get(name, "s"))
+        LOG.warning(
+            "%s=%r is not %s; using %s, %d %s",
+            env,
+            value,
+            valid,
+            option,
+            number,
+            _UNITS.get(name, "s"),
+        )
     return number, option
 
 
@@ -162,8 +170,14 @@ def _option(conf: Optional[cfg.ConfigOpts], name: str) -> int:
     try:
         return cast(int, conf[GROUP.name][name])
     except ValueError as exc:  # not an integer, or below the minimum, in the file
-        LOG.warning("[%s] %s: %s; using the default, %d %s", GROUP.name, name, exc, default,
-                    _UNITS.get(name, "s"))
+        LOG.warning(
+            "[%s] %s: %s; using the default, %d %s",
+            GROUP.name,
+            name,
+            exc,
+            default,
+            _UNITS.get(name, "s"),
+        )
         return default
 
 
@@ -179,5 +193,9 @@ def _log_bound(mib: int, source: str) -> None:
     global _logged
     if _logged != (mib, source):
         _logged = (mib, source)
-        LOG.info("glance-rbd-native: %d MiB in flight, shared by all uploads and downloads of "
-                 "this process (%s)", mib, source)
+        LOG.info(
+            "glance-rbd-native: %d MiB in flight, shared by all uploads and downloads of "
+            "this process (%s)",
+            mib,
+            source,
+        )

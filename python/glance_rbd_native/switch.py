@@ -39,8 +39,11 @@ def _patch() -> None:
 
         patch()
     except ImportError as exc:  # e.g. no librbd.so.1 on this host
-        LOG.warning("glance-rbd-native: the native module cannot be loaded (%s); the rbd driver "
-                    "stays stock", exc)
+        LOG.warning(
+            "glance-rbd-native: the native module cannot be loaded (%s); the rbd driver "
+            "stays stock",
+            exc,
+        )
     except Exception:  # start-up must go on with the stock driver
         LOG.exception("glance-rbd-native: could not patch the rbd driver; it stays stock")
 

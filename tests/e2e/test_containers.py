@@ -29,9 +29,23 @@ def api(new_glance_api):
 
 
 def command(api, *args, wrap=()):
-    done = subprocess.run([*wrap, sys.executable, "-m", "glance_rbd_native", *args,
-                           "--config-file", str(api.root / "etc/glance-api.conf"), "--format",
-                           "json"], capture_output=True, text=True, timeout=120, cwd=CHECKOUT)
+    done = subprocess.run(
+        [
+            *wrap,
+            sys.executable,
+            "-m",
+            "glance_rbd_native",
+            *args,
+            "--config-file",
+            str(api.root / "etc/glance-api.conf"),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=CHECKOUT,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)[0]
 
@@ -42,8 +56,9 @@ def namespace_of(api):
     return int(pathlib.Path(f"/proc/{unshare}/task/{unshare}/children").read_text().split()[0])
 
 
-def test_an_upload_to_glance_api_in_its_own_pid_namespace_is_kept_and_finishes(api, images,
-                                                                               clean_pool):
+def test_an_upload_to_glance_api_in_its_own_pid_namespace_is_kept_and_finishes(
+    api, images, clean_pool
+):
     data = data_of(SIZE, seed=41)
     image_id = api.create_image("in a container")
     release = threading.Event()
@@ -59,9 +74,11 @@ def test_an_upload_to_glance_api_in_its_own_pid_namespace_is_kept_and_finishes(a
         mark = leftovers.marks(images.ioctx)[image_id]
         assert mark.get("pid_ns") != os.stat("/proc/self/ns/pid").st_ino
         master = namespace_of(api)
-        places = {"the host": (), "its namespace": ("nsenter", "--target", str(master),
-                                                    "--pid", "--mount"),
-                  "another namespace": OWN_PID_NAMESPACE}
+        places = {
+            "the host": (),
+            "its namespace": ("nsenter", "--target", str(master), "--pid", "--mount"),
+            "another namespace": OWN_PID_NAMESPACE,
+        }
         for where, wrap in places.items():
             listed = {u["image"]: u for u in command(api, "status", wrap=wrap)["uploads"]}
             assert listed[image_id]["state"] == "alive", (where, listed[image_id])

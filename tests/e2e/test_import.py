@@ -19,6 +19,7 @@ SIZE = 20 * MiB + 4321
 
 def wait_imported(api, image_id, stores=(), timeout=120):
     """Waits for the import task: the image active (and in every store asked for), or failed."""
+
     def finished(image):
         failed = image.get("os_glance_failed_import")
         in_stores = set(filter(None, image.get("stores", "").split(",")))
@@ -31,8 +32,12 @@ def wait_imported(api, image_id, stores=(), timeout=120):
 
 def import_task(api, image_id, timeout=120):
     """The image's import task, once it has succeeded or failed."""
-    task = wait_for(lambda: api.tasks(image_id)[0], timeout, every=0.2,
-                    until=lambda task: task["status"] in ("success", "failure"))
+    task = wait_for(
+        lambda: api.tasks(image_id)[0],
+        timeout,
+        every=0.2,
+        until=lambda task: task["status"] in ("success", "failure"),
+    )
     assert task["status"] in ("success", "failure"), task
     return task
 
@@ -79,8 +84,9 @@ def test_web_download(server, glance_servers, web_source, cluster, clean_pool):
     image_id = api.create_image("import web-download")
     try:
         stores = [BACKEND] if api.multistore else []
-        api.import_image(image_id, "web-download", stores=stores,
-                         uri=web_source.url("web-download.raw"))
+        api.import_image(
+            image_id, "web-download", stores=stores, uri=web_source.url("web-download.raw")
+        )
         assert_imported(api, cluster, image_id, data, stores or [BACKEND])
     finally:
         api.delete(image_id)
@@ -113,19 +119,23 @@ def test_import_into_a_pool_over_quota_fails_as_stock_does(full_pool, new_glance
     data = data_of(SIZE, seed=14)
     outcome = {}
     for server in ("native", "stock"):
-        with new_glance_api(f"import-quota-{server}", native=server == "native", pool=full_pool,
-                            timeout=5) as api:
+        with new_glance_api(
+            f"import-quota-{server}", native=server == "native", pool=full_pool, timeout=5
+        ) as api:
             image_id = api.create_image("import quota")
             api.stage(image_id, data)
             api.import_image(image_id, "glance-direct")
             task = import_task(api, image_id)
             image = api.image(image_id)
-            outcome[server] = {"task": task["status"], "image": image["status"],
-                               "size": image["size"], "checksum": image["checksum"]}
+            outcome[server] = {
+                "task": task["status"],
+                "image": image["status"],
+                "size": image["size"],
+                "checksum": image["checksum"],
+            }
             assert cluster.images(full_pool) == ["filler"]
             if api.native:
-                assert f"Failed to store image {image_id} insufficient space available" \
-                    in api.log()
+                assert f"Failed to store image {image_id} insufficient space available" in api.log()
             api.delete(image_id)
     assert outcome["native"] == outcome["stock"]
     assert outcome["native"]["task"] == "failure"

@@ -39,9 +39,21 @@ def ioctx(images):
 
 
 def command(api, *args):
-    done = subprocess.run([sys.executable, "-m", "glance_rbd_native", "--config-file",
-                           str(api.root / "etc/glance-api.conf"), *args, "--format", "json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glance_rbd_native",
+            "--config-file",
+            str(api.root / "etc/glance-api.conf"),
+            *args,
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)[0]
 
@@ -73,8 +85,9 @@ def test_a_worker_killed_mid_put(api, cluster, ioctx, clean_pool, mariadb, chunk
 
     def put():
         with contextlib.suppress(OSError):
-            outcome["first"] = api.upload(image_id, held_body(data, release),
-                                          size=None if chunked else SIZE)
+            outcome["first"] = api.upload(
+                image_id, held_body(data, release), size=None if chunked else SIZE
+            )
 
     sender = threading.Thread(target=put)
     sender.start()
@@ -90,14 +103,22 @@ def test_a_worker_killed_mid_put(api, cluster, ioctx, clean_pool, mariadb, chunk
         refused = api.upload(image_id, io.BytesIO(data), size=None if chunked else SIZE)
         assert refused[0] == 409 and b"from saving to saving" in refused[1], refused
         # The operator's step of the runbook (docs/operations.md): back to `queued`.
-        assert mariadb.execute(api.database, "UPDATE images SET status = 'queued' WHERE id = "
-                               "%s AND status = 'saving'", image_id) == 1
+        assert (
+            mariadb.execute(
+                api.database,
+                "UPDATE images SET status = 'queued' WHERE id = %s AND status = 'saving'",
+                image_id,
+            )
+            == 1
+        )
         started = time.monotonic()
         retried = api.upload(image_id, io.BytesIO(data), size=None if chunked else SIZE)
         stored = time.monotonic() - started
-        print(f"\n{'chunked' if chunked else 'content-length'}: sweep listed the leftover "
-              f"{listed:.1f} s after the kill; the retried PUT answered {retried[0]} in "
-              f"{stored:.1f} s")
+        print(
+            f"\n{'chunked' if chunked else 'content-length'}: sweep listed the leftover "
+            f"{listed:.1f} s after the kill; the retried PUT answered {retried[0]} in "
+            f"{stored:.1f} s"
+        )
         assert retried[0] == 204, retried
         image = api.image(image_id)
         assert image["status"] == "active"
@@ -122,13 +143,26 @@ def test_a_worker_killed_mid_import(api, cluster, ioctx, clean_pool, mariadb):
         api.import_image(image_id, "glance-direct")
         listed = kill_and_sweep(api, ioctx, image_id)
         assert api.image(image_id)["status"] == "importing"
-        assert mariadb.execute(api.database, "UPDATE images SET status = 'uploading' WHERE id = "
-                               "%s AND status = 'importing'", image_id) == 1
+        assert (
+            mariadb.execute(
+                api.database,
+                "UPDATE images SET status = 'uploading' WHERE id = %s AND status = 'importing'",
+                image_id,
+            )
+            == 1
+        )
         # An hour later, as glance sees it: the dead task's lock is stale.
-        assert mariadb.execute(api.database, "UPDATE tasks SET updated_at = updated_at - "
-                               "INTERVAL 2 HOUR WHERE status = 'processing'") >= 1
+        assert (
+            mariadb.execute(
+                api.database,
+                "UPDATE tasks SET updated_at = updated_at - "
+                "INTERVAL 2 HOUR WHERE status = 'processing'",
+            )
+            >= 1
+        )
         started = time.monotonic()
         api.import_image(image_id, "glance-direct")
+
         def active(image):
             if image["status"] == "active":
                 return True
@@ -137,8 +171,10 @@ def test_a_worker_killed_mid_import(api, cluster, ioctx, clean_pool, mariadb):
 
         image = wait_for(lambda: api.image(image_id), 180, every=0.5, until=active)
         assert image["status"] == "active", image
-        print(f"\nimport: sweep listed the leftover {listed:.1f} s after the kill; the "
-              f"retried import was active {time.monotonic() - started:.1f} s after it began")
+        print(
+            f"\nimport: sweep listed the leftover {listed:.1f} s after the kill; the "
+            f"retried import was active {time.monotonic() - started:.1f} s after it began"
+        )
         assert image["checksum"] == hashlib.md5(data).hexdigest()
         assert "left over from an upload whose writer is gone" in api.log()
     finally:

@@ -25,16 +25,30 @@ def api(new_glance_api):
 
 
 def sweep(api, *args):
-    done = subprocess.run([sys.executable, "-m", "glance_rbd_native", "sweep",
-                           "--include-unmarked", "--older-than", "1", *args, "--config-file",
-                           str(api.root / "etc/glance-api.conf"), "--format", "json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glance_rbd_native",
+            "sweep",
+            "--include-unmarked",
+            "--older-than",
+            "1",
+            *args,
+            "--config-file",
+            str(api.root / "etc/glance-api.conf"),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)[0]
 
 
-def test_only_unreferenced_glance_leftovers_are_listed_and_removed_by_name(api, cluster,
-                                                                           images):
+def test_only_unreferenced_glance_leftovers_are_listed_and_removed_by_name(api, cluster, images):
     image_id = api.create_image("snapshot removed by hand")
     assert api.upload(image_id, io.BytesIO(data_of(MiB)), size=MiB)[0] == 204
     images.remove_snapshots(image_id)

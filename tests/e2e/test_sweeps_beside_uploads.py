@@ -28,9 +28,21 @@ def api(new_glance_api):
 
 
 def command(api, *args):
-    done = subprocess.run([sys.executable, "-m", "glance_rbd_native", *args, "--config-file",
-                           str(api.root / "etc/glance-api.conf"), "--format", "json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glance_rbd_native",
+            *args,
+            "--config-file",
+            str(api.root / "etc/glance-api.conf"),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)[0]
 

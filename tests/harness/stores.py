@@ -26,8 +26,18 @@ rbd_store_ceph_conf = {ceph_conf}
     return path
 
 
-def make_store(cluster, *, chunk_mib=8, thin=False, backend=None, timeout=-1, pool=None,
-               user=None, conf_file=None, defaults=()):
+def make_store(
+    cluster,
+    *,
+    chunk_mib=8,
+    thin=False,
+    backend=None,
+    timeout=-1,
+    pool=None,
+    user=None,
+    conf_file=None,
+    defaults=(),
+):
     """A configured glance_store rbd Store on `cluster`, single-store or in a multi-store set-up,
     connecting as the cluster's store user (client.admin unless the cluster names another).
 

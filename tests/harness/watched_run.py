@@ -22,8 +22,15 @@ def _writer(cluster, size=0) -> RbdWriter:
     """One MiB in flight: a write waits for room as soon as the OSD stops answering, in a wait
     that lets signal handlers run. Without a size, the image grows by synchronous resizes,
     which do not."""
-    return RbdWriter(cluster.pool, new_name("watched"), size, conffile=str(cluster.conf_path),
-                     user="admin", order=20, max_in_flight=MiB)
+    return RbdWriter(
+        cluster.pool,
+        new_name("watched"),
+        size,
+        conffile=str(cluster.conf_path),
+        user="admin",
+        order=20,
+        max_in_flight=MiB,
+    )
 
 
 def test_writes_until_the_run_ends(cluster):

@@ -37,8 +37,22 @@ from glance_rbd_native.units import duration
 if TYPE_CHECKING:
     import rados
 
-__all__ = ["INDEX", "Header", "Mark", "Pool", "Upload", "connect", "inspect", "judge", "marks",
-           "printable", "reclaim", "remove", "unmarked", "uploads"]
+__all__ = [
+    "INDEX",
+    "Header",
+    "Mark",
+    "Pool",
+    "Upload",
+    "connect",
+    "inspect",
+    "judge",
+    "marks",
+    "printable",
+    "reclaim",
+    "remove",
+    "unmarked",
+    "uploads",
+]
 
 # A writer that cannot be seen, with no watch and no refresh of its mark for this long, is
 # presumed gone: the default of `[glance_rbd_native] presume_gone_after`.
@@ -120,8 +134,9 @@ class Upload:
             "cgroup": fields.get("cgroup"),
             "started": started,
             "age_seconds": round(now - started, 1) if started else None,
-            "refreshed_seconds_ago": (round(now - fields["updated"], 1)
-                                      if "updated" in fields else None),
+            "refreshed_seconds_ago": (
+                round(now - fields["updated"], 1) if "updated" in fields else None
+            ),
             "bytes": fields.get("bytes"),
             "size": fields.get("size"),
             "rate_bytes_per_second": (round(fields["bytes"] / elapsed) if elapsed > 0 else None),
@@ -164,8 +179,14 @@ def marks(ioctx: "rados.Ioctx") -> dict[str, Mark]:
     return index.read(ioctx)
 
 
-def judge(mark: Mark, header: Optional[Header], watchers: list[Watcher], sight: tuple[Sight, str],
-          now: float, presume_gone_after: float) -> tuple[str, str, bool]:
+def judge(
+    mark: Mark,
+    header: Optional[Header],
+    watchers: list[Watcher],
+    sight: tuple[Sight, str],
+    now: float,
+    presume_gone_after: float,
+) -> tuple[str, str, bool]:
     """(state, reason, fence) of the upload marked by ``mark``, of the image whose ``header``
     and ``watchers`` were read, and whose writer looks as ``sight`` says (``sight.look``)."""
     if mark.fields is None:
@@ -174,8 +195,14 @@ def judge(mark: Mark, header: Optional[Header], watchers: list[Watcher], sight: 
         return "missing", "no image: a stale mark", False
     marked_id = mark.get("image_id")
     if marked_id is not None and marked_id != header.id:
-        return "missing", (f"its image (id {marked_id}) is gone, and the name is another "
-                           f"image's (id {header.id}): a stale mark"), False
+        return (
+            "missing",
+            (
+                f"its image (id {marked_id}) is gone, and the name is another "
+                f"image's (id {header.id}): a stale mark"
+            ),
+            False,
+        )
     if header.snapshots:
         return "finished", f"has snapshot {', '.join(header.snapshots)}: never touched", False
     if header.parent:
@@ -194,19 +221,42 @@ def judge(mark: Mark, header: Optional[Header], watchers: list[Watcher], sight: 
         return "alive", f"its writer holds its watch on the image ({why})", False
     quiet = now - mark.get("updated")
     if quiet < presume_gone_after:
-        return "silent", (f"no watch, and its mark last refreshed {duration(quiet)} ago ({why}): "
-                          f"presumed gone after {duration(presume_gone_after)} without either"
-                          ), False
+        return (
+            "silent",
+            (
+                f"no watch, and its mark last refreshed {duration(quiet)} ago ({why}): "
+                f"presumed gone after {duration(presume_gone_after)} without either"
+            ),
+            False,
+        )
     if not mark.get("addr"):
-        return "silent", (f"no watch, and its mark last refreshed {duration(quiet)} ago ({why}), "
-                          "but its mark (of an older release) does not name its client, which "
-                          "cannot be fenced: never touched"), False
-    return "gone", (f"no watch, and no refresh of its mark for {duration(quiet)} ({why}): "
-                    "presumed gone; its client is fenced first"), True
+        return (
+            "silent",
+            (
+                f"no watch, and its mark last refreshed {duration(quiet)} ago ({why}), "
+                "but its mark (of an older release) does not name its client, which "
+                "cannot be fenced: never touched"
+            ),
+            False,
+        )
+    return (
+        "gone",
+        (
+            f"no watch, and no refresh of its mark for {duration(quiet)} ({why}): "
+            "presumed gone; its client is fenced first"
+        ),
+        True,
+    )
 
 
-def inspect(pool: Pool, name: str, mark: Optional[Mark], presume_gone_after: float,
-            host: Optional[Host] = None, now: Optional[float] = None) -> Upload:
+def inspect(
+    pool: Pool,
+    name: str,
+    mark: Optional[Mark],
+    presume_gone_after: float,
+    host: Optional[Host] = None,
+    now: Optional[float] = None,
+) -> Upload:
     """What the upload of ``name``, marked by ``mark`` (None: unmarked), is now."""
     host = host or Host()
     now = time.time() if now is None else now
@@ -217,8 +267,9 @@ def inspect(pool: Pool, name: str, mark: Optional[Mark], presume_gone_after: flo
         upload.state, upload.reason = _unmarked_state(header, watchers)
         return upload
     sight = look(mark.fields, host) if mark.fields else (Sight.UNSEEN, "")
-    upload.state, upload.reason, upload.fence = judge(mark, header, watchers, sight, now,
-                                                      presume_gone_after)
+    upload.state, upload.reason, upload.fence = judge(
+        mark, header, watchers, sight, now, presume_gone_after
+    )
     return upload
 
 
@@ -234,16 +285,20 @@ def _unmarked_state(header: Optional[Header], watchers: list[Watcher]) -> tuple[
     return "unmarked", "no snapshot, no parent, no watcher, and no mark"
 
 
-def uploads(pool: Pool, presume_gone_after: float = PRESUME_GONE_AFTER,
-            host: Optional[Host] = None) -> list[Upload]:
+def uploads(
+    pool: Pool, presume_gone_after: float = PRESUME_GONE_AFTER, host: Optional[Host] = None
+) -> list[Upload]:
     """Every upload marked in the pool, inspected."""
     host = host or Host()
-    return [inspect(pool, name, mark, presume_gone_after, host)
-            for name, mark in sorted(marks(pool.ioctx).items())]
+    return [
+        inspect(pool, name, mark, presume_gone_after, host)
+        for name, mark in sorted(marks(pool.ioctx).items())
+    ]
 
 
-def unmarked(pool: Pool, older_than: float, skip: Iterable[str] = (),
-             referenced: Optional[set[str]] = None) -> list[Upload]:
+def unmarked(
+    pool: Pool, older_than: float, skip: Iterable[str] = (), referenced: Optional[set[str]] = None
+) -> list[Upload]:
     """Partial images without a mark (stock's, another tool's) named as glance names images,
     with no watcher, created more than ``older_than`` seconds ago, and not in ``referenced``
     (the image ids and locations glance's database holds, when it could be read). This lists
@@ -344,19 +399,29 @@ def _fence(cluster: "rados.Rados", addr: str, seconds: int) -> Optional[str]:
     try:
         cluster.blocklist_add(addr, seconds)
     except (rados.PermissionError, rados.PermissionDeniedError) as exc:
-        return (f"fencing its writer's client {addr} was refused ({exc}): glance's cephx user "
-                "needs the mon cap 'profile rbd' (which allows `osd blocklist`); 'allow r' "
-                "does not")
+        return (
+            f"fencing its writer's client {addr} was refused ({exc}): glance's cephx user "
+            "needs the mon cap 'profile rbd' (which allows `osd blocklist`); 'allow r' "
+            "does not"
+        )
     except rados.Error as exc:
         if getattr(exc, "errno", None) == errno.EACCES:
-            return (f"fencing its writer's client {addr} was refused: glance's cephx user "
-                    "needs the mon cap 'profile rbd'")
+            return (
+                f"fencing its writer's client {addr} was refused: glance's cephx user "
+                "needs the mon cap 'profile rbd'"
+            )
         return f"fencing its writer's client {addr} failed: {exc}"
     return None
 
 
-def reclaim(conffile: Optional[str], user: Optional[str], timeout: Optional[int], pool: str,
-            image: str, presume_gone_after: float = PRESUME_GONE_AFTER) -> Optional[Upload]:
+def reclaim(
+    conffile: Optional[str],
+    user: Optional[str],
+    timeout: Optional[int],
+    pool: str,
+    image: str,
+    presume_gone_after: float = PRESUME_GONE_AFTER,
+) -> Optional[Upload]:
     """For ``add``, which found ``image`` already there: removes it if it is a partial upload
     whose writer is gone (``remove``). Returns the Upload removed, or None (left as it is). Logs
     nothing: under eventlet it runs on a pool thread, and the caller logs."""

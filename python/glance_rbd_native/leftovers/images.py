@@ -72,8 +72,13 @@ def header(ioctx: "rados.Ioctx", name: str) -> Optional[Header]:
                 created = image.create_timestamp().timestamp()
             except (rbd.Error, AttributeError):
                 created = None
-            return Header(image.id(), tuple(sorted(s["name"] for s in image.list_snaps())),
-                          parent, created, tuple(image.watchers_list()))
+            return Header(
+                image.id(),
+                tuple(sorted(s["name"] for s in image.list_snaps())),
+                parent,
+                created,
+                tuple(image.watchers_list()),
+            )
     except rbd.ImageNotFound:
         return None
 
@@ -89,8 +94,7 @@ def settled(
         current = header(ioctx, name)
         if current is None or current.id != ident:
             return None
-        if (all(w.get("id") == writer for w in current.watchers)
-                or time.monotonic() > deadline):
+        if all(w.get("id") == writer for w in current.watchers) or time.monotonic() > deadline:
             return current
         time.sleep(0.2)
 
@@ -99,7 +103,7 @@ def _string(data: bytes, offset: int) -> tuple[str, int]:
     """A Ceph-encoded string at ``offset`` (u32 length, bytes), and the offset after it."""
     (length,) = struct.unpack_from("<I", data, offset)
     start = offset + 4
-    return data[start:start + length].decode("utf-8", "backslashreplace"), start + length
+    return data[start : start + length].decode("utf-8", "backslashreplace"), start + length
 
 
 def remove(ioctx: "rados.Ioctx", name: str, ident: str) -> str:
@@ -125,8 +129,10 @@ def remove(ioctx: "rados.Ioctx", name: str, ident: str) -> str:
     except rbd.ImageBusy:
         # No watcher (checked above), yet its exclusive lock could not be taken: librbd breaks
         # a dead owner's lock by blocklisting it, which the user's caps may refuse.
-        return ("left: librbd could not take its exclusive lock from its dead writer (breaking "
-                "it blocklists the writer: glance's cephx user needs the mon cap 'profile rbd')")
+        return (
+            "left: librbd could not take its exclusive lock from its dead writer (breaking "
+            "it blocklists the writer: glance's cephx user needs the mon cap 'profile rbd')"
+        )
     except rbd.Error as exc:
         # Another sweep moving it at the same moment (ESTALE): gone from here either way.
         if image_id(ioctx, name) != ident:
@@ -148,14 +154,18 @@ def remove(ioctx: "rados.Ioctx", name: str, ident: str) -> str:
         try:
             rbd.RBD().trash_restore(ioctx, ident, name)
         except rbd.Error as again:
-            return (f"left in the trash as id {ident} ({exc}; restoring it under its name "
-                    f"failed: {again}): `rbd trash restore --image-id {ident}` brings it back")
+            return (
+                f"left in the trash as id {ident} ({exc}; restoring it under its name "
+                f"failed: {again}): `rbd trash restore --image-id {ident}` brings it back"
+            )
         return f"left: {exc}"
     except rbd.Error as exc:
         if _trash_entry(ioctx, ident) is None:
             return "already removed"  # by another sweep, at the same moment
-        return (f"left in the trash as id {ident}: removing it failed ({exc}); `rbd trash "
-                f"rm {ident}` removes it")
+        return (
+            f"left in the trash as id {ident}: removing it failed ({exc}); `rbd trash "
+            f"rm {ident}` removes it"
+        )
     return "removed"
 
 

@@ -22,10 +22,16 @@ INDEX = "glance_rbd_native.uploads"
 PAGE = 1000
 
 # Fields every mark has, with their types. Marks of older releases lack the optional ones.
-REQUIRED = {"host": str, "boot_id": str, "pid": int, "process_start": int, "started": float,
-            "updated": float, "bytes": int}
-OPTIONAL = {"pid_ns": int, "cgroup": str, "client": int, "addr": str, "image_id": str,
-            "size": int}
+REQUIRED = {
+    "host": str,
+    "boot_id": str,
+    "pid": int,
+    "process_start": int,
+    "started": float,
+    "updated": float,
+    "bytes": int,
+}
+OPTIONAL = {"pid_ns": int, "cgroup": str, "client": int, "addr": str, "image_id": str, "size": int}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +56,7 @@ class Mark:
 
 def parse(key: bytes, raw: bytes) -> Mark:
     """The mark stored under ``key``; an unreadable one says why, and is never acted on."""
+
     def unreadable(problem: str) -> Mark:
         return Mark(key, raw, None, problem)
 
@@ -99,10 +106,16 @@ def read(ioctx: "rados.Ioctx") -> dict[str, Mark]:
                 return found  # no native upload ever ran in this pool
             page = _entries(values, after)
         for key, value in page:
-            mark = parse(key, value or b"") if key is not None else Mark(
-                b"", b"", None, "its key is not UTF-8")
-            name = mark.image if key is not None else f"(a key that is not UTF-8, after " \
-                f"{printable(after) or 'the first'!r})"
+            mark = (
+                parse(key, value or b"")
+                if key is not None
+                else Mark(b"", b"", None, "its key is not UTF-8")
+            )
+            name = (
+                mark.image
+                if key is not None
+                else f"(a key that is not UTF-8, after {printable(after) or 'the first'!r})"
+            )
             found[name] = mark
         readable = [key for key, _ in page if key is not None]
         if len(page) < PAGE or not readable:
@@ -150,9 +163,8 @@ def remove(ioctx: "rados.Ioctx", mark: Mark) -> bool:
     return True
 
 
-
 def has_control(text: str) -> bool:
-    return any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in text)
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
 
 
 def printable(text: str) -> str:

@@ -64,11 +64,12 @@ class Host:
             return True
         for line in (_read(f"{self.proc}/self/mountinfo") or "").splitlines():
             fields = line.split(" - ")
-            if len(fields) == 2 and fields[1].startswith("proc ") and \
-                    line.split()[4] == self.proc:
+            if len(fields) == 2 and fields[1].startswith("proc ") and line.split()[4] == self.proc:
                 options = fields[1].split()[-1].split(",")
-                return not any(o.startswith("hidepid=") and o not in ("hidepid=0", "hidepid=off")
-                               for o in options)
+                return not any(
+                    o.startswith("hidepid=") and o not in ("hidepid=0", "hidepid=off")
+                    for o in options
+                )
         return False
 
     def shows_own_namespace(self) -> bool:
