@@ -9,44 +9,20 @@ records (with whether the hub's thread emitted them) and whether threads were pa
 Importing it patches the interpreter: it is a program, not a library.
 """
 
-import warnings
+# The hub's module first: it monkey-patches before anything else is imported.
+from tests.harness.green_hub import Collect, late, records, threads_patched, ticker  # isort: skip
 
-# Patched first, as glance's eventlet server is; eventlet warns that it is deprecated (hence the
-# filter before it, and E402 below).
-warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
-import eventlet  # noqa: E402
+import io
+import json
+import logging
+import sys
 
-eventlet.monkey_patch()
+import eventlet
 
-import io  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-
-from eventlet import patcher  # noqa: E402
-
-import glance_rbd_native  # noqa: E402
-from tests.harness.cluster import Cluster  # noqa: E402
-from tests.harness.data import MiB, data_of  # noqa: E402
-from tests.harness.stores import make_store  # noqa: E402
-
-real_ident = patcher.original("threading").get_ident
-hub_thread = real_ident()
-records = []
-late = []
-
-
-class Collect(logging.Handler):
-    def emit(self, record):
-        records.append(
-            {
-                "level": record.levelname,
-                "message": record.getMessage(),
-                "thread": record.threadName,
-                "hub": real_ident() == hub_thread,
-            }
-        )
+import glance_rbd_native
+from tests.harness.cluster import Cluster
+from tests.harness.data import MiB, data_of
+from tests.harness.stores import make_store
 
 
 class Slow:
@@ -58,13 +34,6 @@ class Slow:
     def read(self, size):
         eventlet.sleep(3.5 if self.stream.tell() == 3 * MiB else 0.3)
         return self.stream.read(size)
-
-
-def ticker():
-    while True:
-        start = time.monotonic()
-        eventlet.sleep(0.01)
-        late.append(time.monotonic() - start - 0.01)
 
 
 def main():
@@ -83,7 +52,7 @@ def main():
                 "written": written,
                 "late": max(late),
                 "records": records,
-                "patched": patcher.is_monkey_patched("thread"),
+                "patched": threads_patched(),
             }
         )
     )

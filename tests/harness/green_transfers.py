@@ -10,47 +10,25 @@ upload, with whether the hub's thread emitted them. Importing it patches the int
 a program, not a library.
 """
 
-import warnings
+# The hub's module first: it monkey-patches before anything else is imported.
+from tests.harness.green_hub import Collect, late, records, ticker  # isort: skip
 
-# Patched first, as glance's eventlet server is; eventlet warns that it is deprecated (hence the
-# filter before it, and E402 below).
-warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
-import eventlet  # noqa: E402
+import io
+import json
+import logging
+import sys
+import time
+import uuid
 
-eventlet.monkey_patch()
+import eventlet
+from glance_store import location
+from glance_store._drivers import rbd as rbd_driver
 
-import io  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-
-from eventlet import patcher  # noqa: E402
-from glance_store import location  # noqa: E402
-from glance_store._drivers import rbd as rbd_driver  # noqa: E402
-
-import glance_rbd_native  # noqa: E402
-from glance_rbd_native import green  # noqa: E402
-from tests.harness.cluster import Cluster  # noqa: E402
-from tests.harness.data import data_of  # noqa: E402
-from tests.harness.stores import make_store  # noqa: E402
-
-real_ident = patcher.original("threading").get_ident
-hub_thread = real_ident()
-records = []
-late = []
-
-
-class Collect(logging.Handler):
-    def emit(self, record):
-        records.append(
-            {
-                "level": record.levelname,
-                "message": record.getMessage(),
-                "hub": real_ident() == hub_thread,
-            }
-        )
+import glance_rbd_native
+from glance_rbd_native import green
+from tests.harness.cluster import Cluster
+from tests.harness.data import data_of
+from tests.harness.stores import make_store
 
 
 class Failing(io.RawIOBase):
@@ -68,13 +46,6 @@ class Failing(io.RawIOBase):
             raise OSError("client went away")
         self.left -= 1
         return self.data[:n]
-
-
-def ticker():
-    while True:
-        start = time.monotonic()
-        eventlet.sleep(0.01)
-        late.append(time.monotonic() - start - 0.01)
 
 
 def timed(transfer):
