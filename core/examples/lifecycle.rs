@@ -55,21 +55,6 @@ fn chunk(len: usize, seed: u8) -> Buffer {
     Arc::new(data(len, seed))
 }
 
-/// A chunk read into a plain vector.
-struct Chunk(Vec<u8>);
-
-// SAFETY: the vector's storage is never resized, moved or touched while the Chunk is lent to a
-// Download, and lives as long as the Chunk.
-unsafe impl Destination for Chunk {
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.0.as_mut_ptr()
-    }
-
-    fn size(&self) -> usize {
-        self.0.len()
-    }
-}
-
 fn read_options(pool: &str, image: &str, snapshot: Option<&str>) -> DownloadOptions {
     DownloadOptions {
         pool: pool.into(),
@@ -82,9 +67,9 @@ fn read_options(pool: &str, image: &str, snapshot: Option<&str>) -> DownloadOpti
 }
 
 /// Starts the reads the download wants, then takes the next chunk.
-fn next(download: &mut Download<Chunk>) -> Result<Option<Chunk>, Error> {
+fn next(download: &mut Download<Vec<u8>>) -> Result<Option<Vec<u8>>, Error> {
     for len in download.wanted() {
-        download.start(Chunk(vec![0; len]))?;
+        download.start(vec![0; len])?;
     }
     download.next_chunk(&mut || Ok(()))
 }
@@ -158,7 +143,7 @@ fn main() -> Result<(), Error> {
     let mut download = open_download(&cluster, &read_options(&pool, &finished, Some("snap")))?;
     assert_eq!(download.size(), 11 << 20);
     let mut read = Vec::new();
-    while let Some(Chunk(bytes)) = next(&mut download)? {
+    while let Some(bytes) = next(&mut download)? {
         read.extend(bytes);
     }
     assert_eq!(download.delivered(), 11 << 20);
@@ -170,13 +155,13 @@ fn main() -> Result<(), Error> {
     let mut download = open_download(&cluster, &read_options(&pool, &finished, None))?;
     assert!(next(&mut download)?.is_some());
     for len in download.wanted() {
-        download.start(Chunk(vec![0; len]))?;
+        download.start(vec![0; len])?;
     }
     assert!(download.delivered() < download.size());
     drop(download);
 
     // Errors that never read anything.
-    let missing = open_download::<Chunk>(&cluster, &read_options(&pool, "no-such-image", None));
+    let missing = open_download::<Vec<u8>>(&cluster, &read_options(&pool, "no-such-image", None));
     assert!(matches!(
         missing,
         Err(Error::Ceph {
@@ -185,11 +170,11 @@ fn main() -> Result<(), Error> {
         })
     ));
     let no_snapshot = read_options(&pool, &finished, Some("no-such-snap"));
-    assert!(open_download::<Chunk>(&cluster, &no_snapshot).is_err());
+    assert!(open_download::<Vec<u8>>(&cluster, &no_snapshot).is_err());
     let mut empty_chunks = read_options(&pool, &finished, None);
     empty_chunks.chunk_size = 0;
     assert!(matches!(
-        open_download::<Chunk>(&cluster, &empty_chunks),
+        open_download::<Vec<u8>>(&cluster, &empty_chunks),
         Err(Error::Usage(_))
     ));
     println!("lifecycle: read paths ran");

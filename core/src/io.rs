@@ -31,18 +31,8 @@ pub trait Pool: Send + Sync + 'static {
     /// answer (a fenced client hears ESHUTDOWN, a removed image has none: ENOENT).
     fn probe(&self, id: &str) -> i32;
 
-    /// Sets or removes `key` in the omap of `object`; with `expect`, only if the key holds
-    /// exactly that (else ECANCELED, and nothing changes). A failure is reported as `op` on
-    /// `target`.
-    fn omap_write(
-        &self,
-        object: &str,
-        key: &str,
-        change: OmapChange<'_>,
-        expect: Option<&str>,
-        op: Op,
-        target: &Target,
-    ) -> Result<()>;
+    /// Sets or removes one key of an object's omap, conditionally (`OmapWrite`).
+    fn omap_write(&self, write: &OmapWrite<'_>) -> Result<()>;
 
     /// This connection's client: its global id (which names its watches), and its address
     /// (which fencing blocklists) when known.
@@ -60,7 +50,18 @@ pub trait Pool: Send + Sync + 'static {
     fn reconnect(&self) -> Result<Arc<dyn Pool>>;
 }
 
-/// What `Pool::omap_write` does to its key.
+/// A change of `key` in the omap of `object` (`Pool::omap_write`).
+pub struct OmapWrite<'a> {
+    pub object: &'a str,
+    pub key: &'a str,
+    pub change: OmapChange<'a>,
+    /// Only if the key holds exactly this, else ECANCELED and nothing changes.
+    pub expect: Option<&'a str>,
+    /// What a failure is reported as, and on what.
+    pub op: Op,
+    pub target: &'a Target,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub enum OmapChange<'a> {
     Set(&'a str),

@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::error::{Error, Op, Result, Target};
-use crate::io::{self, Image, OmapChange, Pool};
+use crate::io::{self, Image, OmapChange, OmapWrite, Pool};
 use crate::sync;
 use crate::wait::{Poll, wait_until};
 
@@ -350,28 +350,22 @@ impl Pool for MemoryPool {
         }
     }
 
-    fn omap_write(
-        &self,
-        object: &str,
-        key: &str,
-        change: OmapChange<'_>,
-        expect: Option<&str>,
-        op: Op,
-        target: &Target,
-    ) -> Result<()> {
+    fn omap_write(&self, write: &OmapWrite<'_>) -> Result<()> {
         let mut state = self.memory.state();
-        let entry = (object.to_owned(), key.to_owned());
+        let entry = (write.object.to_owned(), write.key.to_owned());
         let refused = if self.fenced(&state) {
             Some(libc::ESHUTDOWN)
-        } else if expect.is_some() && state.omap.get(&entry).map(String::as_str) != expect {
+        } else if write.expect.is_some()
+            && state.omap.get(&entry).map(String::as_str) != write.expect
+        {
             Some(libc::ECANCELED)
         } else {
             None
         };
         if let Some(errno) = refused {
-            return Err(Error::ceph(op, target, -i64::from(errno)));
+            return Err(Error::ceph(write.op, write.target, -i64::from(errno)));
         }
-        match change {
+        match write.change {
             OmapChange::Set(value) => state.omap.insert(entry, value.to_owned()),
             OmapChange::Remove => state.omap.remove(&entry),
         };

@@ -10,7 +10,7 @@ use super::ffi;
 use super::image::{self, Image};
 use super::omap::{self, Entry};
 use crate::error::{Error, Op, Result, Target};
-use crate::io::{self, OmapChange};
+use crate::io::{self, OmapChange, OmapWrite};
 use crate::wait::Poll;
 
 /// librbd's `RBD_FEATURE_LAYERING`, used when the cluster sets no default features (as glance does).
@@ -85,21 +85,14 @@ impl io::Pool for RbdPool {
         }
     }
 
-    fn omap_write(
-        &self,
-        object: &str,
-        key: &str,
-        change: OmapChange<'_>,
-        expect: Option<&str>,
-        op: Op,
-        target: &Target,
-    ) -> Result<()> {
+    fn omap_write(&self, write: &OmapWrite<'_>) -> Result<()> {
         let entry = Entry {
             ioctx: &self.ioctx,
-            object,
-            key,
+            object: write.object,
+            key: write.key,
         };
-        match change {
+        let (expect, op, target) = (write.expect, write.op, write.target);
+        match write.change {
             OmapChange::Set(value) => omap::set(entry, value, expect, op, target),
             OmapChange::Remove => omap::remove(entry, expect, op, target),
         }

@@ -28,6 +28,18 @@ pub unsafe trait Destination: Send + 'static {
     fn size(&self) -> usize;
 }
 
+// SAFETY: a vector's bytes are on the heap, so moving the vector does not move them, and
+// nothing resizes or touches it while a `Download` holds it.
+unsafe impl Destination for Vec<u8> {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        Vec::as_mut_ptr(self)
+    }
+
+    fn size(&self) -> usize {
+        self.len()
+    }
+}
+
 pub struct DownloadOptions {
     pub pool: String,
     pub image: String,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Op};
-use crate::io::{OmapChange, Pool};
+use crate::io::{OmapChange, OmapWrite, Pool};
 
 /// The index object, one per pool. Its format is read by python/glance_rbd_native/leftovers.
 pub(crate) const INDEX: &str = "glance_rbd_native.uploads";
@@ -96,14 +96,14 @@ impl Mark {
             return;
         };
         let target = pool.target(&self.image);
-        match pool.omap_write(
-            INDEX,
-            &self.image,
-            OmapChange::Remove,
-            Some(&written),
-            Op::Unmark,
-            &target,
-        ) {
+        match pool.omap_write(&OmapWrite {
+            object: INDEX,
+            key: &self.image,
+            change: OmapChange::Remove,
+            expect: Some(&written),
+            op: Op::Unmark,
+            target: &target,
+        }) {
             Ok(()) => {}
             Err(err) if is_taken(&err) => self.taken(),
             Err(err) => log::warn!("{err}"),
@@ -118,14 +118,14 @@ impl Mark {
         );
         let target = self.pool.target(&self.image);
         let expect = self.written.clone();
-        let set = self.pool.omap_write(
-            INDEX,
-            &self.image,
-            OmapChange::Set(&value),
-            expect.as_deref(),
-            Op::Mark,
-            &target,
-        );
+        let set = self.pool.omap_write(&OmapWrite {
+            object: INDEX,
+            key: &self.image,
+            change: OmapChange::Set(&value),
+            expect: expect.as_deref(),
+            op: Op::Mark,
+            target: &target,
+        });
         match set {
             Ok(()) => {
                 self.written = Some(value);

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::download::{Destination, Download, DownloadOptions};
+use super::download::{Download, DownloadOptions};
 use super::in_flight::Buffer;
 use super::mark::INDEX;
 use super::shares::{DEFAULT_BOUND, PROCESS};
@@ -327,22 +327,7 @@ fn an_image_that_exists_is_left_untouched() {
     assert_eq!(memory.image("there").unwrap().0, data(MIB, 0));
 }
 
-/// A chunk the download reads into.
-struct Chunk(Vec<u8>);
-
-// SAFETY: the vector's storage is `len` bytes that stay in place: it is never resized, and
-// nothing else touches it while the download holds the chunk.
-unsafe impl Destination for Chunk {
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.0.as_mut_ptr()
-    }
-
-    fn size(&self) -> usize {
-        self.0.len()
-    }
-}
-
-fn download(memory: &Memory, name: &str, snapshot: Option<&str>) -> Result<Download<Chunk>> {
+fn download(memory: &Memory, name: &str, snapshot: Option<&str>) -> Result<Download<Vec<u8>>> {
     let options = DownloadOptions {
         pool: POOL.into(),
         image: name.into(),
@@ -353,11 +338,11 @@ fn download(memory: &Memory, name: &str, snapshot: Option<&str>) -> Result<Downl
     Download::open(memory.pool(POOL), &options)
 }
 
-fn next(download: &mut Download<Chunk>) -> Result<Option<Vec<u8>>> {
+fn next(download: &mut Download<Vec<u8>>) -> Result<Option<Vec<u8>>> {
     for len in download.wanted() {
-        download.start(Chunk(vec![0; len]))?;
+        download.start(vec![0; len])?;
     }
-    Ok(download.next_chunk(&mut go())?.map(|chunk| chunk.0))
+    download.next_chunk(&mut go())
 }
 
 #[test]
@@ -415,7 +400,7 @@ fn a_download_stopped_early_gives_its_chunks_back() {
     let mut reader = download(&memory, "early", None).unwrap();
     assert!(next(&mut reader).unwrap().is_some());
     for len in reader.wanted() {
-        reader.start(Chunk(vec![0; len])).unwrap();
+        reader.start(vec![0; len]).unwrap();
     }
     let unread = reader.drain();
     assert!(!unread.is_empty(), "no read was in flight");
