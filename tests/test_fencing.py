@@ -15,6 +15,8 @@ import rbd
 
 from glance_rbd_native import leftovers
 from glance_rbd_native._native import Fenced, RbdReader, RbdWriter
+from tests.harness import command
+from tests.harness.command import OWN_PID_NAMESPACE
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.held_upload import CHECKOUT, Held
 from tests.harness.stores import SNAP
@@ -154,32 +156,10 @@ def test_a_frozen_writer_no_sweep_can_see_is_fenced_then_fails_fast(cluster, cle
     held.freeze()
     try:
         wait_for(lambda: not clean_pool.watchers(name), 90, "the frozen writer's watch expired")
-        sweep = subprocess.run(
-            [
-                "unshare",
-                "--pid",
-                "--fork",
-                "--mount-proc",
-                "--kill-child",
-                sys.executable,
-                "-m",
-                "glance_rbd_native",
-                "sweep",
-                "--remove",
-                "--presume-gone-after",
-                "1",
-                "--config-file",
-                str(conf_file),
-                "--format",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=CHECKOUT,
+        sweep = command.report(
+            conf_file, "sweep", "--remove", "--presume-gone-after", "1", wrap=OWN_PID_NAMESPACE
         )
-        assert sweep.returncode == 0, sweep.stderr
-        (gone,) = json.loads(sweep.stdout)[0]["gone"]
+        (gone,) = sweep["gone"]
         assert gone["image"] == name and gone["outcome"] == "fenced and removed", gone
         assert "presumed gone" in gone["reason"] and "cannot be seen" in gone["reason"]
         assert name not in clean_pool.names()

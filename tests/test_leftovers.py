@@ -25,8 +25,10 @@ from glance_store import exceptions
 import glance_rbd_native
 from glance_rbd_native import leftovers
 from glance_rbd_native._native import RbdWriter
+from tests.harness import command
+from tests.harness.command import OWN_PID_NAMESPACE
 from tests.harness.data import MiB, data_of, expected_result, new_name
-from tests.harness.held_upload import CHECKOUT, Held
+from tests.harness.held_upload import Held
 from tests.harness.stores import SNAP, glance_api_conf, make_store
 from tests.harness.waiting import wait_for
 
@@ -34,26 +36,17 @@ pytestmark = pytest.mark.cluster
 
 
 def cli(conf_file, *args, check=True):
-    """`python -m glance_rbd_native --config-file CONF ARGS...`: (exit status, stdout, stderr)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "glance_rbd_native", "--config-file", str(conf_file), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if check:
-        assert done.returncode == 0, done.stderr
+    """`glance-rbd-native ARGS --config-file CONF`: (exit status, stdout, stderr)."""
+    done = command.run(conf_file, *args, check=check)
     return done.returncode, done.stdout, done.stderr
 
 
 def status(conf_file):
-    _, out, _ = cli(conf_file, "status", "--format", "json")
-    return {u["image"]: u for u in json.loads(out)[0]["uploads"]}
+    return {u["image"]: u for u in command.report(conf_file, "status")["uploads"]}
 
 
 def sweep(conf_file, *args):
-    _, out, _ = cli(conf_file, "sweep", "--format", "json", *args)
-    return json.loads(out)[0]
+    return command.report(conf_file, "sweep", *args)
 
 
 # -- the mark --------------------------------------------------------------------------------
@@ -546,37 +539,6 @@ def drop_mark(ioctx, name):
 # -- writers in containers, frozen writers ----------------------------------------------------
 
 
-def in_namespace_of(pid, *argv):
-    """`argv` run inside the pid and mount namespaces of process `pid` (its /proc)."""
-    return ["nsenter", "--target", str(pid), "--pid", "--mount", *argv]
-
-
-def in_new_namespace(*argv):
-    """`argv` run in a pid namespace of its own, which sees no other container's processes."""
-    return ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *argv]
-
-
-def command(conf_file, *args, wrap=lambda *argv: list(argv)):
-    done = subprocess.run(
-        wrap(
-            sys.executable,
-            "-m",
-            "glance_rbd_native",
-            *args,
-            "--config-file",
-            str(conf_file),
-            "--format",
-            "json",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=CHECKOUT,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)[0]
-
-
 def test_a_writer_in_a_pid_namespace_of_its_own_is_kept_and_finishes(
     cluster, clean_pool, conf_file
 ):
@@ -587,17 +549,16 @@ def test_a_writer_in_a_pid_namespace_of_its_own_is_kept_and_finishes(
     name = held.image
     mark = leftovers.marks(clean_pool.ioctx)[name]
     assert mark.get("pid") == 1 and mark.get("pid_ns") != os.stat("/proc/self/ns/pid").st_ino
-    inside = lambda *argv: in_namespace_of(held.pid, *argv)  # noqa: E731
     for where, wrap in (
-        ("the host", lambda *argv: list(argv)),
-        ("its namespace", inside),
-        ("another namespace", in_new_namespace),
+        ("the host", ()),
+        ("its namespace", command.in_namespace_of(held.pid)),
+        ("another namespace", OWN_PID_NAMESPACE),
     ):
-        listed = {u["image"]: u for u in command(conf_file, "status", wrap=wrap)["uploads"]}
+        listed = {u["image"]: u for u in command.report(conf_file, "status", wrap=wrap)["uploads"]}
         assert listed[name]["state"] == "alive", (where, listed[name])
-        removed = command(conf_file, "sweep", "--remove", wrap=wrap)
+        removed = command.report(conf_file, "sweep", "--remove", wrap=wrap)
         assert removed["gone"] == [], (where, removed)
-    reasons = {u["image"]: u["reason"] for u in command(conf_file, "status")["uploads"]}
+    reasons = {u["image"]: u["reason"] for u in command.report(conf_file, "status")["uploads"]}
     assert f"pid {held.pid} here" in reasons[name]
     held.finish()
     assert clean_pool.read(name) == data_of(16 * MiB, seed=len(name))
@@ -675,13 +636,7 @@ def test_malformed_marks_are_listed_unreadable_and_never_printed_raw(
             (("status",), "mark UNREADABLE"),
             (("sweep", "--remove"), "kept: an unreadable mark"),
         ):
-            done = subprocess.run(
-                [sys.executable, "-m", "glance_rbd_native", *args, "--config-file", str(conf_file)],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert done.returncode == 0, done.stderr
+            done = command.run(conf_file, *args)
             assert "\x1b" not in done.stdout and "\r" not in done.stdout, done.stdout
             for name in names.values():
                 assert f"/{name}  {said}" in done.stdout, done.stdout

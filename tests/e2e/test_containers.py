@@ -4,18 +4,16 @@ judged by `glance-rbd-native status` and `sweep --remove` run on the host, insid
 namespace, and in another namespace that sees neither: it is kept each time, and it finishes."""
 
 import hashlib
-import json
 import os
 import pathlib
-import subprocess
-import sys
 import threading
 
 import pytest
 
 from glance_rbd_native import leftovers
+from tests.harness.command import OWN_PID_NAMESPACE, in_namespace_of, report
 from tests.harness.data import MiB, data_of
-from tests.harness.glance_api import CHECKOUT, OWN_PID_NAMESPACE, held_body, writer_of
+from tests.harness.glance_api import held_body, writer_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -26,28 +24,6 @@ SIZE = 64 * MiB
 def api(new_glance_api):
     with new_glance_api("contained", native=True, pid_namespace=True) as server:
         yield server
-
-
-def command(api, *args, wrap=()):
-    done = subprocess.run(
-        [
-            *wrap,
-            sys.executable,
-            "-m",
-            "glance_rbd_native",
-            *args,
-            "--config-file",
-            str(api.root / "etc/glance-api.conf"),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=CHECKOUT,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)[0]
 
 
 def namespace_of(api):
@@ -76,15 +52,16 @@ def test_an_upload_to_glance_api_in_its_own_pid_namespace_is_kept_and_finishes(
         master = namespace_of(api)
         places = {
             "the host": (),
-            "its namespace": ("nsenter", "--target", str(master), "--pid", "--mount"),
+            "its namespace": in_namespace_of(master),
             "another namespace": OWN_PID_NAMESPACE,
         }
         for where, wrap in places.items():
-            listed = {u["image"]: u for u in command(api, "status", wrap=wrap)["uploads"]}
+            listed = {u["image"]: u for u in report(api.conf_file, "status", wrap=wrap)["uploads"]}
             assert listed[image_id]["state"] == "alive", (where, listed[image_id])
             assert listed[image_id]["pid"] == writer
-            assert command(api, "sweep", "--remove", wrap=wrap)["gone"] == [], where
-        reason = {u["image"]: u["reason"] for u in command(api, "status")["uploads"]}[image_id]
+            assert report(api.conf_file, "sweep", "--remove", wrap=wrap)["gone"] == [], where
+        uploads = report(api.conf_file, "status")["uploads"]
+        (reason,) = [u["reason"] for u in uploads if u["image"] == image_id]
         assert "here)" in reason and "runs" in reason, reason
     finally:
         release.set()

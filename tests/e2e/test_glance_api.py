@@ -48,7 +48,7 @@ def test_switch_decides_the_driver(native_api, stock_api):
     assert "MiB in flight" not in stock_api.log()
 
     def config(api):
-        text = (api.root / "etc/glance-api.conf").read_text()
+        text = (api.conf_file).read_text()
         return (
             text.replace(api.database, "DATABASE")
             .replace(str(api.root), "ROOT")

@@ -5,17 +5,15 @@ harakiri, a failed liveness probe), under uWSGI, as glance's documented cephx us
 import contextlib
 import hashlib
 import io
-import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from glance_rbd_native import leftovers
+from tests.harness.command import report
 from tests.harness.data import MiB, data_of
 from tests.harness.glance_api import held_body, writer_of
 from tests.harness.waiting import wait_for
@@ -38,26 +36,6 @@ def ioctx(images):
     return images.ioctx
 
 
-def command(api, *args):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "glance_rbd_native",
-            "--config-file",
-            str(api.root / "etc/glance-api.conf"),
-            *args,
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)[0]
-
-
 def kill_and_sweep(api, ioctx, image_id):
     """Kills the worker writing `image_id` once `status` shows it alive; returns the seconds
     from the kill to `sweep` listing it. The worker is stopped (SIGSTOP) as soon as its mark
@@ -65,12 +43,14 @@ def kill_and_sweep(api, ioctx, image_id):
     looks: a stopped process is alive."""
     pid = writer_of(ioctx, image_id)
     os.kill(pid, signal.SIGSTOP)
-    alive = {u["image"]: u for u in command(api, "status")["uploads"]}
+    alive = {u["image"]: u for u in report(api.conf_file, "status")["uploads"]}
     assert alive[image_id]["state"] == "alive" and alive[image_id]["pid"] == pid
     assert "stopped" in alive[image_id]["reason"], alive[image_id]
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    gone = wait_for(lambda: [u["image"] for u in command(api, "sweep")["gone"]], 60, every=0.5)
+    gone = wait_for(
+        lambda: [u["image"] for u in report(api.conf_file, "sweep")["gone"]], 60, every=0.5
+    )
     assert gone, "the sweep never listed the leftover"
     assert gone == [image_id]
     return time.monotonic() - killed
@@ -127,7 +107,7 @@ def test_a_worker_killed_mid_put(api, cluster, ioctx, clean_pool, mariadb, chunk
         assert image_id not in leftovers.marks(ioctx)
     finally:
         api.delete(image_id)
-        command(api, "sweep", "--remove")
+        report(api.conf_file, "sweep", "--remove")
     assert image_id not in cluster.images()
 
 
@@ -179,5 +159,5 @@ def test_a_worker_killed_mid_import(api, cluster, ioctx, clean_pool, mariadb):
         assert "left over from an upload whose writer is gone" in api.log()
     finally:
         api.delete(image_id)
-        command(api, "sweep", "--remove")
+        report(api.conf_file, "sweep", "--remove")
     assert image_id not in cluster.images()

@@ -11,13 +11,13 @@ import io
 import os
 import struct
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 
 from glance_store import location
 from glance_store._drivers import rbd as rbd_driver
 
+from tests.harness import command
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.stores import glance_api_conf, make_store
 
@@ -185,9 +185,4 @@ def cli_as(cluster, user: User, tmp_path, *args) -> subprocess.CompletedProcess:
         user.conf,
         extra="rados_connect_timeout = 10\n",
     )
-    return subprocess.run(
-        [sys.executable, "-m", "glance_rbd_native", "--config-file", str(glance_conf), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return command.run(glance_conf, *args, check=False)

@@ -22,6 +22,7 @@ import sys
 import time
 
 from tests.harness.cluster import free_port
+from tests.harness.command import OWN_PID_NAMESPACE
 from tests.harness.data import MiB
 from tests.harness.waiting import wait_for
 
@@ -30,7 +31,6 @@ BIN = pathlib.Path(sys.executable).parent  # this virtualenv's glance, glance-ma
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 # As kolla runs glance-api: the host's network and hostname, its own pids and /proc. The
 # server's master is pid 1 there; it dies with the unshare process the harness holds.
-OWN_PID_NAMESPACE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
 BACKEND = "ceph1"  # the default store of the multi-store configuration
 SECOND_BACKEND = "ceph2"  # its second rbd store, on pool SECOND_POOL, for copy-image
 SECOND_POOL = "images2"
@@ -114,6 +114,7 @@ class GlanceApi:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.root / "glance-api.log"
+        self.conf_file = self.root / "etc/glance-api.conf"
         self._proc: subprocess.Popen | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -122,9 +123,8 @@ class GlanceApi:
         for d in ("etc", "staging", "tasks"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         self._write_config()
-        conf = self.root / "etc/glance-api.conf"
         sync = subprocess.run(
-            [self.bin_dir / "glance-manage", "--config-file", conf, "db", "sync"],
+            [self.bin_dir / "glance-manage", "--config-file", self.conf_file, "db", "sync"],
             capture_output=True,
             text=True,
             timeout=120,
@@ -143,7 +143,7 @@ class GlanceApi:
             env["PYTHONPATH"] = str(CHECKOUT)
             if self.native:
                 env["GLANCE_RBD_NATIVE"] = "1"
-            cmd = [self.bin_dir / "glance-api", "--config-file", conf]
+            cmd = [self.bin_dir / "glance-api", "--config-file", self.conf_file]
         if self.pid_namespace:
             cmd = [*OWN_PID_NAMESPACE, *cmd]
         atexit.register(self.stop)  # don't leak the server if the caller dies first
@@ -298,7 +298,7 @@ class GlanceApi:
             "tests.harness.glance_context:ProjectContextMiddleware.factory",
         )
         (r / "etc/glance-api-paste.ini").write_text(paste)
-        (r / "etc/glance-api.conf").write_text(f"""\
+        self.conf_file.write_text(f"""\
 [DEFAULT]
 log_file = {self.log_path}
 use_stderr = false

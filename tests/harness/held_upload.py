@@ -17,8 +17,8 @@ import threading
 import time
 
 from tests.harness.cluster import Cluster
+from tests.harness.command import OWN_PID_NAMESPACE
 from tests.harness.data import MiB, data_of
-from tests.harness.glance_api import OWN_PID_NAMESPACE
 from tests.harness.stores import make_store
 
 
