@@ -6,6 +6,7 @@
 //! queue instead, and the next record, or the next call into the module, from a Python thread
 //! emits them first, in order.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,16 +89,33 @@ impl Bridge {
     }
 }
 
+/// The Python logger of a record's target: the core crate's records go to the package's logger,
+/// as the extension's do (`glance_rbd_core::transfer::janitor` to
+/// `glance_rbd_native.transfer.janitor`), so that glance's logging configuration of
+/// `glance_rbd_native` covers them all.
+fn python_target(target: &str) -> Cow<'_, str> {
+    match target.strip_prefix("glance_rbd_core") {
+        Some(rest) => Cow::Owned(format!("glance_rbd_native{rest}")),
+        None => Cow::Borrowed(target),
+    }
+}
+
 impl Log for Bridge {
     fn enabled(&self, metadata: &Metadata) -> bool {
+        let target = python_target(metadata.target());
+        let metadata = Metadata::builder()
+            .level(metadata.level())
+            .target(&target)
+            .build();
         // pyo3-log answers from its cache of levels, without calling into Python.
-        self.python.enabled(metadata)
+        self.python.enabled(&metadata)
     }
 
     fn log(&self, record: &Record) {
         if !self.enabled(record.metadata()) {
             return;
         }
+        let target = python_target(record.target());
         if is_background_thread() {
             let mut queued = sync::lock(&QUEUED);
             if queued.len() == CAPACITY {
@@ -106,18 +124,46 @@ impl Log for Bridge {
             }
             queued.push_back(Queued {
                 level: record.level(),
-                target: record.target().to_owned(),
+                target: target.into_owned(),
                 message: record.args().to_string(),
             });
             return;
         }
         self.emit_queued();
-        self.python.log(record);
+        self.python.log(
+            &Record::builder()
+                .level(record.level())
+                .target(&target)
+                .args(*record.args())
+                .module_path(record.module_path())
+                .file(record.file())
+                .line(record.line())
+                .build(),
+        );
     }
 
     fn flush(&self) {
         if !is_background_thread() {
             self.emit_queued();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::python_target;
+
+    #[test]
+    fn the_core_logs_under_the_package() {
+        assert_eq!(
+            python_target("glance_rbd_core::transfer::janitor"),
+            "glance_rbd_native::transfer::janitor"
+        );
+        assert_eq!(python_target("glance_rbd_core"), "glance_rbd_native");
+        assert_eq!(
+            python_target("glance_rbd_native::writer"),
+            "glance_rbd_native::writer"
+        );
+        assert_eq!(python_target("pyo3"), "pyo3");
     }
 }

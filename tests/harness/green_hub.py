@@ -24,15 +24,18 @@ records: list[dict] = []
 
 
 class Collect(logging.Handler):
+    """Appends each record to `records`: its level, message, whether the hub's thread emitted
+    it, and with `thread`, the name of the thread that did."""
+
+    def __init__(self, thread=False):
+        super().__init__()
+        self.thread = thread
+
     def emit(self, record):
-        records.append(
-            {
-                "level": record.levelname,
-                "message": record.getMessage(),
-                "thread": record.threadName,
-                "hub": real_ident() == hub_thread,
-            }
-        )
+        taken = {"level": record.levelname, "message": record.getMessage()}
+        if self.thread:
+            taken["thread"] = record.threadName
+        records.append({**taken, "hub": real_ident() == hub_thread})
 
 
 def ticker():

@@ -37,7 +37,7 @@ class Slow:
 
 
 def main():
-    logging.getLogger("glance_rbd_native.progress").addHandler(Collect())
+    logging.getLogger("glance_rbd_native.progress").addHandler(Collect(thread=True))
     logging.getLogger("glance_rbd_native.progress").setLevel(logging.INFO)
     conf, pool, name = sys.argv[1:]
     assert glance_rbd_native.patch()

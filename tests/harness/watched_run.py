@@ -12,6 +12,8 @@ import pytest
 from glance_rbd_native import RbdWriter
 from tests.harness.data import MiB, data_of, new_name
 
+pytestmark = pytest.mark.cluster
+
 
 def _ready(cluster) -> None:
     """Tells the parent where the cluster is."""
