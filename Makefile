@@ -15,8 +15,8 @@ PIP_PACKAGES := --group dev
 # a newer pyOpenSSL fixes it.
 E2E_PACKAGES := glance==33.0.0 uwsgi==2.0.31 python-glanceclient PyMySQL "pyOpenSSL>=24"
 
-.PHONY: help deps build build-arm64 dev deb demo test test-fast test-rust test-python check-py39 check-abi3 \
-	bench cluster-up cluster-down lint lint-checks clean
+.PHONY: help deps build build-arm64 dev deb demo test test-unit test-fast test-rust lifecycle test-python check-py39 check-abi3 \
+	bench cluster-up cluster-down lint lint-checks format clean
 
 # A cluster that `make cluster-up` left running in .cluster: the test targets hand it to pytest
 # (GLANCE_RBD_TEST_CLUSTER) instead of booting one per run. Set that variable to use another.
@@ -31,6 +31,9 @@ CHECK_INSTALLED = $(PY) -c 'import sys, glance_rbd_native._native as n, glance_r
 	f"glance_rbd_native comes from {p.__file__} and {n.__file__}, not the installed wheel")'
 # make test-fast: what needs no more than the cluster (markers: pyproject.toml).
 FAST_MARKERS := not (matrix or distro or e2e or load or wheel or packaging)
+# make test-unit: what needs no cluster, no root and no network (a test that uses the cluster
+# must be marked so: tests/conftest.py refuses to collect it otherwise).
+UNIT_MARKERS := not (cluster or matrix or distro or e2e or load or wheel or packaging)
 
 help: ## Show the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
@@ -59,7 +62,7 @@ build: deps ## Build the release wheel (one for CPython 3.9 on: abi3) and instal
 # Cross-compiled in a cached Debian 13 root (packaging/cross.py), from the crates cargo fetched.
 build-arm64: deps ## The aarch64 wheel, cross-compiled next to the x86_64 one (cached by source)
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo fetch --locked -q
-	$(SYSTEM_PYTHON) packaging/cross.py --out target/wheels
+	$(SYSTEM_PYTHON) packaging/cross.py --maturin $(VENV)/bin/maturin --out target/wheels
 
 # What apt installs on Debian's and Ubuntu's python3, where pip may not (PEP 668).
 deb: build build-arm64 ## The Debian packages of both wheels: target/debian/glance-rbd-native_<version>_<arch>.deb
@@ -84,21 +87,29 @@ bench: build ## Every performance target, side by side, medians of 3 rounds
 # machine) build in the background meanwhile, at the lowest priority, the cross build's first:
 # lint and the cargo tests compile while it builds, the cross build comes after them, and
 # pytest runs the layer that uses the others last.
-test: deps ## Everything: lint, both release wheels' checks, cargo tests, then all of pytest on it (every glance_store release, every server, the Debian roots)
+test: deps ## Everything: lint, the unit loop, both release wheels' checks, then all of pytest on it (every glance_store release, every server, the Debian roots)
 	@mkdir -p target
-	nice -n 19 $(SYSTEM_PYTHON) -m tests.harness.debian_root all > target/roots.log 2>&1 & roots=$$!; \
-	$(MAKE) --no-print-directory build check-py39 lint-checks test-rust build-arm64 check-abi3 \
-		test-python; \
+	nice -n 19 $(SYSTEM_PYTHON) packaging/debian_root.py all > target/roots.log 2>&1 & roots=$$!; \
+	$(MAKE) --no-print-directory build check-py39 lint-checks test-unit lifecycle build-arm64 \
+		check-abi3 test-python; \
 	status=$$?; wait $$roots || { echo "building the Debian roots failed:"; cat target/roots.log; }; \
 	exit $$status
+
+# No deps: it runs as any user, offline, on what make dev or make build installed.
+test-unit: ## The unit loop, under a minute: cargo tests and the pytest tests that need no cluster, root or network (on the build installed)
+	@$(CHECK_INSTALLED)
+	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo test --workspace --quiet --offline
+	$(PY) -m pytest -q -p no:cacheprovider -m "$(UNIT_MARKERS)"
 
 test-fast: dev test-rust ## The quick loop: cargo tests, then pytest on the debug build and the cluster alone (no release matrix, Debian roots, servers, load runs or wheel checks)
 	$(WITH_CLUSTER) $(PY) -m pytest -q -m "$(FAST_MARKERS)"
 
-test-rust: deps ## cargo test, and the program the valgrind test drives
-	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo test --quiet
-	# The valgrind test in pytest drives this program against the throwaway cluster.
-	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo build --quiet --example lifecycle
+test-rust: deps lifecycle ## cargo test, and the program the valgrind test drives
+	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo test --workspace --quiet
+
+# The valgrind test in pytest drives this program against the throwaway cluster.
+lifecycle: deps
+	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo build --quiet -p glance-rbd-core --example lifecycle
 
 # Two pytest processes at once (tests/harness/lanes.py): the project on this host, and against
 # the other releases (glance_store's, Debian's); the second boots a cluster of its own.
@@ -125,14 +136,21 @@ check-py39: deps ## The pure-Python package stays Python 3.9-compatible
 check-abi3: build build-arm64 ## Both release wheels use the limited API of 3.9 alone
 	$(VENV)/bin/abi3audit --strict --summary target/wheels/*.whl
 
-lint: check-py39 dev lint-checks ## rustfmt, clippy, ruff, Python 3.9 compatibility, the stub against the debug build
+lint: check-py39 dev lint-checks ## rustfmt, clippy, ruff (lint and format), mypy, Python 3.9 compatibility, the stub against the debug build
 
 # make lint's checks, on whichever build is installed (make test: the release one).
 lint-checks: deps
-	cargo fmt --check
-	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo clippy --all-targets -- -D warnings
+	cargo fmt --all --check
+	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python/ tests/ benchmarks/ packaging/
+	$(VENV)/bin/ruff format --check python/ tests/ benchmarks/ packaging/
+	# Which files, how strict: [tool.mypy] in pyproject.toml.
+	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest --allowlist .stubtest-allowlist glance_rbd_native._native
+
+# No deps: ruff alone, from the virtualenv make deps made.
+format: ## Format the Python code (ruff format)
+	$(VENV)/bin/ruff format python/ tests/ benchmarks/ packaging/
 
 clean: ## Remove build outputs and the virtualenvs
 	rm -rf target $(VENV) .venv-matrix python/glance_rbd_native/*.so

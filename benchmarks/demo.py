@@ -83,8 +83,11 @@ def main():
                     seconds, written, md5, sha512 = upload(cluster, path, declared)
                     ok = written == size and (md5, sha512) == expected
                     rows[driver, mode] = seconds
-                    print(f"{driver:<8}{mode:<9}{seconds:>9.2f}{size / MiB / seconds:>9.0f}  "
-                          f"{'equal to the source' if ok else 'DIFFERENT'}", flush=True)
+                    print(
+                        f"{driver:<8}{mode:<9}{seconds:>9.2f}{size / MiB / seconds:>9.0f}  "
+                        f"{'equal to the source' if ok else 'DIFFERENT'}",
+                        flush=True,
+                    )
                     if not ok:
                         raise SystemExit(f"{driver} upload does not match the source")
             glance_rbd_native.unpatch()

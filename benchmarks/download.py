@@ -58,17 +58,23 @@ def main():
             sha512.update(chunk)
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({
-        "driver": args.driver,
-        "seconds": seconds,
-        "bytes": received,
-        "size": size,
-        "cpu_seconds": (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime),
-        "peak_rss_mib": status_mib("VmHWM"),
-        "baseline_rss_mib": baseline,
-        "md5": md5.hexdigest() if args.hash else None,
-        "ok": received == size and (not args.hash or args.expect_md5 in (None, md5.hexdigest())),
-    }))
+    print(
+        json.dumps(
+            {
+                "driver": args.driver,
+                "seconds": seconds,
+                "bytes": received,
+                "size": size,
+                "cpu_seconds": (after.ru_utime - usage.ru_utime)
+                + (after.ru_stime - usage.ru_stime),
+                "peak_rss_mib": status_mib("VmHWM"),
+                "baseline_rss_mib": baseline,
+                "md5": md5.hexdigest() if args.hash else None,
+                "ok": received == size
+                and (not args.hash or args.expect_md5 in (None, md5.hexdigest())),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

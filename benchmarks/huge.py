@@ -55,6 +55,7 @@ def log(message):
 
 # -- data ------------------------------------------------------------------------------------
 
+
 def write_data(path, size, seed=0):
     """One 64 MiB random block, repeated, each copy's first 8 bytes its index: written as fast
     as the disk takes it, and no two blocks alike. Ceph does not deduplicate, so a repeated
@@ -65,13 +66,14 @@ def write_data(path, size, seed=0):
     with open(path, "wb") as out:
         for index, pos in enumerate(range(0, size, BLOCK)):
             block[:8] = index.to_bytes(8, "little")
-            piece = memoryview(block)[:min(BLOCK, size - pos)]
+            piece = memoryview(block)[: min(BLOCK, size - pos)]
             md5.update(piece)
             out.write(piece)
     return md5.hexdigest()
 
 
 # -- the uWSGI workers' memory ---------------------------------------------------------------
+
 
 class WorkerPeak:
     """The peak RSS of the worker of a server that served one run, and its RSS before it."""
@@ -83,11 +85,15 @@ class WorkerPeak:
         """The worker that grew most (the one that served the run): its baseline and peak."""
         peaks, baseline = self.peak.stop(), self.peak.baseline
         pid = max(peaks, key=lambda p: peaks[p] - baseline[p])
-        return {"worker_baseline_rss_mib": baseline[pid], "worker_peak_rss_mib": peaks[pid],
-                "worker_peak_from": self.peak.source}
+        return {
+            "worker_baseline_rss_mib": baseline[pid],
+            "worker_peak_rss_mib": peaks[pid],
+            "worker_peak_from": self.peak.source,
+        }
 
 
 # -- runs ------------------------------------------------------------------------------------
+
 
 def api_upload(api, path, md5):
     """glanceclient's upload with no size, as nova's snapshot upload: the image's id and the
@@ -105,15 +111,21 @@ def api_upload(api, path, md5):
         image = api.image(image_id)
         size = path.stat().st_size
         if (image["status"], image["size"], image["checksum"]) != ("active", size, md5):
-            raise RuntimeError(f"upload to {api.url}: {image['status']} {image['size']} "
-                               f"{image['checksum']}, expected {size} bytes of md5 {md5}")
+            raise RuntimeError(
+                f"upload to {api.url}: {image['status']} {image['size']} "
+                f"{image['checksum']}, expected {size} bytes of md5 {md5}"
+            )
     except BaseException:
         api.delete(image_id)
         raise
-    found = re.search(rf"stored image {image_id} with the native writer: .* (\d+) resizes",
-                      api.log())
-    return image_id, {"seconds": seconds, **memory,
-                      "resizes": int(found.group(1)) if found else None}
+    found = re.search(
+        rf"stored image {image_id} with the native writer: .* (\d+) resizes", api.log()
+    )
+    return image_id, {
+        "seconds": seconds,
+        **memory,
+        "resizes": int(found.group(1)) if found else None,
+    }
 
 
 def api_download(api, image_id, size, md5):
@@ -134,8 +146,10 @@ def api_download(api, image_id, size, md5):
         conn.close()
         memory = peak.stop()
     if (status, received, digest.hexdigest()) != (200, size, md5):
-        raise RuntimeError(f"download from {api.url}: {status}, {received} bytes of md5 "
-                           f"{digest.hexdigest()}, expected {size} of {md5}")
+        raise RuntimeError(
+            f"download from {api.url}: {status}, {received} bytes of md5 "
+            f"{digest.hexdigest()}, expected {size} of {md5}"
+        )
     return {"seconds": seconds, **memory}
 
 
@@ -145,8 +159,9 @@ def child(module, *args, env=None, timeout=CHILD_TIMEOUT):
     cmd = [sys.executable, "-m", module, *map(str, args)]
     if env is None:
         env = {k: v for k, v in os.environ.items() if k != "GLANCE_RBD_NATIVE"}
-    out = subprocess.run(cmd, cwd=CHECKOUT, capture_output=True, text=True, env=env,
-                         timeout=timeout)
+    out = subprocess.run(
+        cmd, cwd=CHECKOUT, capture_output=True, text=True, env=env, timeout=timeout
+    )
     if out.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -155,8 +170,16 @@ def child(module, *args, env=None, timeout=CHILD_TIMEOUT):
 def direct(cluster, images, driver, path, md5):
     """Store.add with size 0, then Store.get of what it stored, each in a child; removes the
     images. The two runs' figures."""
-    common = ("--conf", cluster.conf_path, "--pool", cluster.pool, "--driver", driver,
-              "--expect-md5", md5)
+    common = (
+        "--conf",
+        cluster.conf_path,
+        "--pool",
+        cluster.pool,
+        "--driver",
+        driver,
+        "--expect-md5",
+        md5,
+    )
     upload = child("benchmarks.upload", *common, "--file", path, "--unknown-size")
     try:
         if not upload["ok"]:
@@ -204,7 +227,8 @@ def huge_rows(cluster, servers, root, size=SIZE):
         for driver in DRIVERS:
             log(f"{driver}: Store.add with size 0, then Store.get")
             samples[f"direct upload {driver}"], samples[f"direct read {driver}"] = direct(
-                cluster, images, driver, path, md5)
+                cluster, images, driver, path, md5
+            )
     finally:
         images.close()
     return samples
@@ -214,10 +238,12 @@ def table(samples):
     """One row per case: seconds, MiB/s, peak RSS over the baseline, native against stock."""
     size = samples["size"]
     rows = []
-    for case, what in (("api upload", "upload through glance-api, glanceclient with no size"),
-                       ("api download", "download through glance-api (GET, md5 checked)"),
-                       ("direct upload", "Store.add with size 0"),
-                       ("direct read", "Store.get, the consumer hashing md5 and sha512")):
+    for case, what in (
+        ("api upload", "upload through glance-api, glanceclient with no size"),
+        ("api download", "download through glance-api (GET, md5 checked)"),
+        ("direct upload", "Store.add with size 0"),
+        ("direct read", "Store.get, the consumer hashing md5 and sha512"),
+    ):
         row = {"case": f"{size // GiB} GiB {what}"}
         for driver in DRIVERS:
             s = samples[f"{case} {driver}"]
@@ -225,14 +251,17 @@ def table(samples):
                 baseline, peak = s["worker_baseline_rss_mib"], s["worker_peak_rss_mib"]
             else:
                 baseline, peak = s["baseline_rss_mib"], s["peak_rss_mib"]
-            row[driver] = {"seconds": round(s["seconds"], 2),
-                           "mib_per_s": round(size / MiB / s["seconds"]),
-                           "peak_rss_mib": round(peak),
-                           "peak_over_baseline_mib": round(peak - baseline)}
+            row[driver] = {
+                "seconds": round(s["seconds"], 2),
+                "mib_per_s": round(size / MiB / s["seconds"]),
+                "peak_rss_mib": round(peak),
+                "peak_over_baseline_mib": round(peak - baseline),
+            }
             if s.get("resizes") is not None:
                 row[driver]["resizes"] = s["resizes"]
-        row["native_speedup"] = round(samples[f"{case} stock"]["seconds"]
-                                      / samples[f"{case} native"]["seconds"], 2)
+        row["native_speedup"] = round(
+            samples[f"{case} stock"]["seconds"] / samples[f"{case} native"]["seconds"], 2
+        )
         rows.append(row)
     return rows
 
@@ -246,14 +275,16 @@ def main():
         if shutil.disk_usage(root).free < SIZE + osd_gib * GiB:
             raise RuntimeError(f"{root}: {SIZE // GiB + osd_gib} GiB free needed")
         log(f"booting a throwaway cluster in {root}")
-        with Cluster(root, osd_size_gib=osd_gib) as cluster, \
-                MariaDB(root / "mariadb") as db:
+        with Cluster(root, osd_size_gib=osd_gib) as cluster, MariaDB(root / "mariadb") as db:
             servers = {}
             try:
                 for driver in DRIVERS:
-                    servers[driver] = GlanceApi(root / f"glance-{driver}", cluster.conf_path,
-                                                db.create_database(f"glance_{driver}"),
-                                                native=driver == "native").start()
+                    servers[driver] = GlanceApi(
+                        root / f"glance-{driver}",
+                        cluster.conf_path,
+                        db.create_database(f"glance_{driver}"),
+                        native=driver == "native",
+                    ).start()
                 started = time.monotonic()
                 samples = huge_rows(cluster, servers, root)
                 samples["wall_seconds"] = time.monotonic() - started

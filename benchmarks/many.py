@@ -74,14 +74,14 @@ class Source:
             return b""
         start = self._offset(self.pos // CHUNK) + within
         self.pos += n
-        return self.pool[start:start + n]  # a copy: a new bytes object
+        return self.pool[start : start + n]  # a copy: a new bytes object
 
     def md5(self):
         """The md5 of all `size` bytes, from the pool in place."""
         view, md5 = memoryview(self.pool), hashlib.md5()
         for pos in range(0, self.size, CHUNK):
             start = self._offset(pos // CHUNK)
-            md5.update(view[start:start + min(CHUNK, self.size - pos)])
+            md5.update(view[start : start + min(CHUNK, self.size - pos)])
         return md5.hexdigest()
 
 
@@ -164,12 +164,18 @@ def main():
     parser.add_argument("--unknown-size", action="store_true")
     parser.add_argument("--image", help="what the downloads read, at glance's snapshot")
     parser.add_argument("--expect-md5", help="of --image")
-    parser.add_argument("--max-in-flight-mib", type=int,
-                        help="native: [glance_rbd_native] max_in_flight_mib of every Store")
+    parser.add_argument(
+        "--max-in-flight-mib",
+        type=int,
+        help="native: [glance_rbd_native] max_in_flight_mib of every Store",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--watch-bound", action="store_true",
-                        help="native: poll in_flight() every millisecond; it takes the GIL as "
-                             "often, so not for timing")
+    parser.add_argument(
+        "--watch-bound",
+        action="store_true",
+        help="native: poll in_flight() every millisecond; it takes the GIL as "
+        "often, so not for timing",
+    )
     args = parser.parse_args()
     n_up, n_down = split(args.kind, args.transfers)
     if n_down and not args.image:
@@ -188,8 +194,9 @@ def main():
             from glance_rbd_native import settings
 
             settings.register_opts(store.conf)
-            store.conf.set_override("max_in_flight_mib", args.max_in_flight_mib,
-                                    group=settings.GROUP.name)
+            store.conf.set_override(
+                "max_in_flight_mib", args.max_in_flight_mib, group=settings.GROUP.name
+            )
         return store
 
     size = args.size_mib * MiB
@@ -203,8 +210,9 @@ def main():
 
     def upload(index):
         try:
-            added[index] = stores[index].add(names[index], sources[index],
-                                             0 if args.unknown_size else size, "sha512")
+            added[index] = stores[index].add(
+                names[index], sources[index], 0 if args.unknown_size else size, "sha512"
+            )
         except Exception as exc:  # reported in the JSON
             errors.append(f"upload {index}: {exc!r}")
 
@@ -262,8 +270,9 @@ def main():
         # Every byte, now that nothing is measured any more.
         with closing(Images(cluster)) as images, ThreadPoolExecutor(2) as workers:
             expected = list(workers.map(Source.md5, sources))
-            stored = list(workers.map(
-                lambda i: added[i] and snapshot_md5(images, names[i]), range(n_up)))
+            stored = list(
+                workers.map(lambda i: added[i] and snapshot_md5(images, names[i]), range(n_up))
+            )
             image_md5 = args.expect_md5
             if n_down and not image_md5:
                 image_md5 = snapshot_md5(images, args.image)[1]
@@ -273,42 +282,48 @@ def main():
             list(workers.map(images.remove, created))
     for i, result in enumerate(added):
         if result and result[1:3] != (size, expected[i]):
-            errors.append(f"upload {i}: Store.add returned {result[1:3]}, the source is "
-                          f"{(size, expected[i])}")
+            errors.append(
+                f"upload {i}: Store.add returned {result[1:3]}, the source is {(size, expected[i])}"
+            )
         if stored[i] and stored[i] != (size, expected[i]):
-            errors.append(f"upload {i}: stored {stored[i]}, the source is "
-                          f"{(size, expected[i])}")
+            errors.append(f"upload {i}: stored {stored[i]}, the source is {(size, expected[i])}")
     for i, result in enumerate(received):
         if result and (result[0] != result[1] or result[2] != image_md5):
-            errors.append(f"download {i}: (size, bytes, md5) {result}, the image's md5 is "
-                          f"{image_md5}")
+            errors.append(
+                f"download {i}: (size, bytes, md5) {result}, the image's md5 is {image_md5}"
+            )
 
-    print(json.dumps({
-        "driver": args.driver,
-        "kind": args.kind,
-        "patched": glance_rbd_native.is_patched(),
-        "transfers": n_up + n_down,
-        "uploads": n_up,
-        "downloads": n_down,
-        "size": size,
-        "image": args.image,
-        "seconds": seconds,
-        "bytes": n_up * size + sum(r[1] for r in received if r),
-        "baseline_rss_mib": baseline,
-        "peak_rss_mib": peak,
-        "kept_rss_mib": kept,
-        "trimmed_rss_mib": trimmed,
-        "bound_mib": after["bound"] / MiB if after else None,
-        "in_flight_after": after,
-        "held_max_mib": probe.held_max / MiB if probe else None,
-        "transfers_max": probe.transfers_max if probe else None,
-        "over_bound_max_mib": probe.over_max / MiB if probe and probe.over_max is not None
-        else None,
-        "ok": not errors and all(added) and all(received),
-        "errors": errors,
-        "images": created,
-        "removed": True,
-    }))
+    print(
+        json.dumps(
+            {
+                "driver": args.driver,
+                "kind": args.kind,
+                "patched": glance_rbd_native.is_patched(),
+                "transfers": n_up + n_down,
+                "uploads": n_up,
+                "downloads": n_down,
+                "size": size,
+                "image": args.image,
+                "seconds": seconds,
+                "bytes": n_up * size + sum(r[1] for r in received if r),
+                "baseline_rss_mib": baseline,
+                "peak_rss_mib": peak,
+                "kept_rss_mib": kept,
+                "trimmed_rss_mib": trimmed,
+                "bound_mib": after["bound"] / MiB if after else None,
+                "in_flight_after": after,
+                "held_max_mib": probe.held_max / MiB if probe else None,
+                "transfers_max": probe.transfers_max if probe else None,
+                "over_bound_max_mib": probe.over_max / MiB
+                if probe and probe.over_max is not None
+                else None,
+                "ok": not errors and all(added) and all(received),
+                "errors": errors,
+                "images": created,
+                "removed": True,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ class Chunks:
         if self.kind == "bytes" or size < 0:
             return self.file.read(size)
         buf = bytearray(size)
-        del buf[self.file.readinto(buf):]
+        del buf[self.file.readinto(buf) :]
         return buf if self.kind == "bytearray" else memoryview(buf)
 
 
@@ -95,8 +95,7 @@ def main():
     parser.add_argument("--thin", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--gil-probe", action="store_true")
-    parser.add_argument("--chunks", choices=("bytes", "bytearray", "memoryview"),
-                        default="bytes")
+    parser.add_argument("--chunks", choices=("bytes", "bytearray", "memoryview"), default="bytes")
     parser.add_argument("--expect-md5")
     args = parser.parse_args()
 
@@ -115,8 +114,12 @@ def main():
     def upload(index):
         try:
             with open(args.file, "rb") as src:
-                results[index] = store.add(names[index], Chunks(src, args.chunks),
-                                           0 if args.unknown_size else size, "sha512")
+                results[index] = store.add(
+                    names[index],
+                    Chunks(src, args.chunks),
+                    0 if args.unknown_size else size,
+                    "sha512",
+                )
         except Exception as exc:  # reported in the JSON
             errors.append(repr(exc))
 
@@ -125,8 +128,7 @@ def main():
     warm_up = new_name("warm-up")
     # Its own Store, as glance-api makes one per request: stock cannot reuse one.
     # Thin and all zero, so it allocates nothing that the caller would count.
-    make_store(cluster, thin=True).add(
-        warm_up, io.BytesIO(bytes(1 << 20)), 0, "sha512")
+    make_store(cluster, thin=True).add(warm_up, io.BytesIO(bytes(1 << 20)), 0, "sha512")
     names.append(warm_up)
     probe = GilProbe() if args.gil_probe else None
     baseline = status_mib("VmRSS")
@@ -147,21 +149,26 @@ def main():
     md5 = args.expect_md5
     ok = not errors and all(r and r[1] == size and (md5 is None or r[2] == md5) for r in results)
 
-    print(json.dumps({
-        "driver": args.driver,
-        "seconds": seconds,
-        "bytes": size * args.threads,
-        "cpu_seconds": (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime),
-        "peak_rss_mib": status_mib("VmHWM"),
-        "baseline_rss_mib": baseline,
-        "ok": ok,
-        "errors": errors,
-        "images": names,
-        "resizes": summary.resizes,
-        "trim_seconds": summary.trim_seconds,
-        "gil_late_p999_ms": probe.percentile(0.999) if probe else None,
-        "gil_late_max_ms": max(probe.late_ms) if probe and probe.late_ms else None,
-    }))
+    print(
+        json.dumps(
+            {
+                "driver": args.driver,
+                "seconds": seconds,
+                "bytes": size * args.threads,
+                "cpu_seconds": (after.ru_utime - usage.ru_utime)
+                + (after.ru_stime - usage.ru_stime),
+                "peak_rss_mib": status_mib("VmHWM"),
+                "baseline_rss_mib": baseline,
+                "ok": ok,
+                "errors": errors,
+                "images": names,
+                "resizes": summary.resizes,
+                "trim_seconds": summary.trim_seconds,
+                "gil_late_p999_ms": probe.percentile(0.999) if probe else None,
+                "gil_late_max_ms": max(probe.late_ms) if probe and probe.late_ms else None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

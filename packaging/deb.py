@@ -42,9 +42,11 @@ PLATFORMS = {"amd64": "linux_x86_64", "arm64": "linux_aarch64"}
 # for the build host's own 16.2.15 (librados2 has no symbols file). Debian 13's and sid's
 # libssl3t64 provide libssl3. glance_store from 4.1, the oldest release supported (compat.py);
 # numpy unversioned: every release with librbd1 16 has the 1.21 the wheel asks for, or newer.
-DEPENDS = ("python3 (>= 3.9), python3-glance-store (>= 4.1), python3-numpy, "
-           "librbd1 (>= 16), librados2 (>= 16), libssl3 (>= 3.0.0), libgcc-s1 (>= 4.2), "
-           "libc6 (>= 2.34)")
+DEPENDS = (
+    "python3 (>= 3.9), python3-glance-store (>= 4.1), python3-numpy, "
+    "librbd1 (>= 16), librados2 (>= 16), libssl3 (>= 3.0.0), libgcc-s1 (>= 4.2), "
+    "libc6 (>= 2.34)"
+)
 # Below the synopsis, which is the wheel's summary.
 DESCRIPTION = """\
  Replaces the Store.add, get and get_size of glance_store's rbd driver with
@@ -58,8 +60,7 @@ DESCRIPTION = """\
  images of killed ones."""
 # Who answers for the package: the project's maintainers, or DEBFULLNAME and DEBEMAIL (as dch
 # reads them) for a site's own build.
-MAINTAINER = ("glance-rbd-native maintainers",
-              "maintainers@users.noreply.a-seed-37a94dc3.example")
+MAINTAINER = ("glance-rbd-native maintainers", "maintainers@users.noreply.a-seed-37a94dc3.example")
 # dh_python3's snippets, with the package qualified by its architecture as dh_python3 does for
 # an architecture-dependent package.
 POSTINST = """\
@@ -123,55 +124,92 @@ def build(wheel: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     if arch is None:
         sys.exit(f"{wheel.name} is for {platform}: packaged are {', '.join(PLATFORMS.values())}")
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or time.time())
-    maintainer = (f"{os.environ.get('DEBFULLNAME') or MAINTAINER[0]} "
-                  f"<{os.environ.get('DEBEMAIL') or MAINTAINER[1]}>")
+    maintainer = (
+        f"{os.environ.get('DEBFULLNAME') or MAINTAINER[0]} "
+        f"<{os.environ.get('DEBEMAIL') or MAINTAINER[1]}>"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         root = pathlib.Path(tmp) / "root"
         with zipfile.ZipFile(wheel) as archive:
             dist_info, metadata, scripts = _unpack(archive, root / SITE)
         version = metadata["Version"]
-        homepage = next(url.split(", ", 1)[1] for url in metadata.get_all("Project-URL")
-                        if url.startswith("Homepage, "))
+        homepage = next(
+            url.split(", ", 1)[1]
+            for url in metadata.get_all("Project-URL")
+            if url.startswith("Homepage, ")
+        )
         for name, entry in scripts.items():
             module, _, call = entry.partition(":")
-            _write(root / "usr/bin" / name, 0o755,
-                   f"#!/usr/bin/python3\nimport sys\n\nfrom {module} import {call.split('.')[0]}"
-                   f"\n\nsys.exit({call}())\n")
-        _write(root / DOC / "copyright", 0o644, COPYRIGHT.format(
-            homepage=homepage, site=SITE, dist_info=dist_info))
+            _write(
+                root / "usr/bin" / name,
+                0o755,
+                f"#!/usr/bin/python3\nimport sys\n\nfrom {module} import {call.split('.')[0]}"
+                f"\n\nsys.exit({call}())\n",
+            )
+        _write(
+            root / DOC / "copyright",
+            0o644,
+            COPYRIGHT.format(homepage=homepage, site=SITE, dist_info=dist_info),
+        )
         date = format_datetime(datetime.fromtimestamp(epoch, timezone.utc))
-        changelog = CHANGELOG.format(package=PACKAGE, version=version, wheel=wheel.name,
-                                     homepage=homepage, maintainer=maintainer, date=date)
-        _write(root / DOC / "changelog.Debian.gz", 0o644,
-               gzip.compress(changelog.encode(), compresslevel=9, mtime=0))
+        changelog = CHANGELOG.format(
+            package=PACKAGE,
+            version=version,
+            wheel=wheel.name,
+            homepage=homepage,
+            maintainer=maintainer,
+            date=date,
+        )
+        _write(
+            root / DOC / "changelog.Debian.gz",
+            0o644,
+            gzip.compress(changelog.encode(), compresslevel=9, mtime=0),
+        )
 
         qualified = f"{PACKAGE}:{arch}"
         _write(root / "DEBIAN/postinst", 0o755, POSTINST.format(package=qualified))
         _write(root / "DEBIAN/prerm", 0o755, PRERM.format(package=qualified))
         files = sorted(p for p in root.rglob("*") if p.is_file() and "DEBIAN" not in p.parts)
-        _write(root / "DEBIAN/md5sums", 0o644, "".join(
-            f"{hashlib.md5(p.read_bytes()).hexdigest()}  {p.relative_to(root)}\n"
-            for p in files))
-        _write(root / "DEBIAN/control", 0o644, "".join(f"{field}: {value}\n" for field, value in (
-            ("Package", PACKAGE),
-            ("Version", version),
-            ("Architecture", arch),
-            ("Maintainer", maintainer),
-            ("Installed-Size", _installed_size(root)),
-            ("Depends", DEPENDS),
-            ("Section", "python"),
-            ("Priority", "optional"),
-            ("Homepage", homepage),
-            ("Description", f"{metadata['Summary']}\n{DESCRIPTION}"),
-        )))
+        _write(
+            root / "DEBIAN/md5sums",
+            0o644,
+            "".join(
+                f"{hashlib.md5(p.read_bytes()).hexdigest()}  {p.relative_to(root)}\n" for p in files
+            ),
+        )
+        _write(
+            root / "DEBIAN/control",
+            0o644,
+            "".join(
+                f"{field}: {value}\n"
+                for field, value in (
+                    ("Package", PACKAGE),
+                    ("Version", version),
+                    ("Architecture", arch),
+                    ("Maintainer", maintainer),
+                    ("Installed-Size", _installed_size(root)),
+                    ("Depends", DEPENDS),
+                    ("Section", "python"),
+                    ("Priority", "optional"),
+                    ("Homepage", homepage),
+                    ("Description", f"{metadata['Summary']}\n{DESCRIPTION}"),
+                )
+            ),
+        )
         for path in [root, *root.rglob("*")]:
             if path.is_dir():
                 path.chmod(0o755)  # whatever the umask
             os.utime(path, (epoch, epoch))
         out.mkdir(parents=True, exist_ok=True)
         deb = out / f"{PACKAGE}_{version}_{arch}.deb"
-        _run("dpkg-deb", "--build", "--root-owner-group", str(root), str(deb),
-             env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)})
+        _run(
+            "dpkg-deb",
+            "--build",
+            "--root-owner-group",
+            str(root),
+            str(deb),
+            env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)},
+        )
     return deb
 
 
@@ -179,13 +217,17 @@ def _unpack(archive: zipfile.ZipFile, site: pathlib.Path):
     """Extracts the wheel into `site`. Returns the name of its .dist-info, its metadata and its
     console scripts. RECORD is left out (dpkg keeps the list of files, and pip must not take
     them for its own), and so is the licence, which the copyright file carries."""
-    dist_info = next(n.split("/")[0] for n in archive.namelist()
-                     if n.endswith(".dist-info/METADATA"))
+    dist_info = next(
+        n.split("/")[0] for n in archive.namelist() if n.endswith(".dist-info/METADATA")
+    )
     for info in archive.infolist():
         name = info.filename
         top = name.split("/")[0]
-        if name.endswith("/") or name in (f"{dist_info}/RECORD",) or \
-                name.startswith(f"{dist_info}/licenses/"):
+        if (
+            name.endswith("/")
+            or name in (f"{dist_info}/RECORD",)
+            or name.startswith(f"{dist_info}/licenses/")
+        ):
             continue
         if top.endswith(".data"):
             sys.exit(f"{name}: a wheel's .data directory has no place in this package")
@@ -193,7 +235,8 @@ def _unpack(archive: zipfile.ZipFile, site: pathlib.Path):
         # shared objects.
         _write(site / name, 0o644, archive.read(info))
     metadata = email.parser.BytesHeaderParser().parse(
-        io.BytesIO(archive.read(f"{dist_info}/METADATA")))
+        io.BytesIO(archive.read(f"{dist_info}/METADATA"))
+    )
     entry_points = configparser.ConfigParser(delimiters=("=",))
     entry_points.optionxform = str  # script names keep their case
     entry_points.read_string(archive.read(f"{dist_info}/entry_points.txt").decode())
@@ -229,8 +272,12 @@ def _run(*argv, env=None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("wheel", type=pathlib.Path, help="the release wheel `make build` made")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("target/debian"),
-                        help="where the .deb goes (default: %(default)s)")
+    parser.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=pathlib.Path("target/debian"),
+        help="where the .deb goes (default: %(default)s)",
+    )
     args = parser.parse_args()
     print(build(args.wheel, args.out))
 

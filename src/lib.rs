@@ -1,27 +1,18 @@
-//! glance-rbd-native: native Ceph RBD uploads and downloads for glance_store.
-//!
-//! Three layers, each depending only on those before it: `rbd` (librbd and librados),
-//! `transfer` (one upload or download of a whole image) and `bindings` (the PyO3 classes). The
-//! first two know nothing of Python; `error` is the one error type of all three.
+//! glance-rbd-native's Python extension, `glance_rbd_native._native`: the PyO3 face of the
+//! transfer core (the `glance-rbd-core` crate, core/), its classes, exceptions and logging. The
+//! core knows nothing of Python; this crate holds everything that does.
 
-mod bindings;
-mod error;
-mod rbd;
-mod transfer;
-
-// The plain-Rust API, as small as the memcheck program (examples/lifecycle.rs) needs: it drives
-// uploads and downloads under valgrind with no Python in the way. Everything else is internal.
-pub use error::{Error, Op, Target};
-pub use rbd::cluster::{Cluster, ConnectOptions, IoCtx};
-pub use rbd::completion::Poll;
-pub use rbd::image::{id_of, remove_with_snapshot};
-pub use transfer::download::{Destination, Download, DownloadOptions};
-pub use transfer::in_flight::Buffer;
-pub use transfer::upload::{Summary, Upload, UploadOptions};
+mod buffer;
+mod cephx;
+mod detach;
+mod exceptions;
+mod logbridge;
+mod process;
+mod reader;
+mod writer;
 
 use pyo3::prelude::*;
-
-use bindings::{cephx, exceptions, logbridge, process, reader, writer};
+use pyo3::types::PyTuple;
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -37,9 +28,16 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(logbridge::queue_logs_here, module)?)?;
     module.add_function(wrap_pyfunction!(logbridge::flush_logs, module)?)?;
     module.add_function(wrap_pyfunction!(cephx::connect_failure, module)?)?;
-    module.add_function(wrap_pyfunction!(cephx::glance_caps, module)?)?;
-    module.add("DEFAULT_MAX_IN_FLIGHT", transfer::shares::DEFAULT_BOUND)?;
-    module.add("ZERO_BLOCK", transfer::zeros::BLOCK)?;
+    module.add_function(wrap_pyfunction!(cephx::caps_advice, module)?)?;
+    module.add(
+        "DEFAULT_MAX_IN_FLIGHT",
+        glance_rbd_core::transfer::shares::DEFAULT_BOUND,
+    )?;
+    module.add("ZERO_BLOCK", glance_rbd_core::transfer::zeros::BLOCK)?;
+    module.add(
+        "_TIMEOUT_OPTIONS",
+        PyTuple::new(module.py(), glance_rbd_core::rbd::cluster::TIMEOUT_OPTIONS)?,
+    )?;
     exceptions::register(module)?;
     Ok(())
 }

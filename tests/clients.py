@@ -4,19 +4,23 @@ must look like afterwards."""
 import hashlib
 import io
 import threading
-import time
 
 import glanceclient
 
 from tests.harness.data import MiB, data_of
 from tests.harness.glance_api import BACKEND
 from tests.harness.stores import SNAP
+from tests.harness.waiting import wait_for
 
 # Not a multiple of the 8 MiB chunk: the last read is short.
 SIZE = 20 * MiB + 12345
 
-CLIENTS = ("glanceclient, size given", "glanceclient, no size", "http, content-length",
-           "http, chunked")
+CLIENTS = (
+    "glanceclient, size given",
+    "glanceclient, no size",
+    "http, content-length",
+    "http, chunked",
+)
 
 
 def glance_client(api):
@@ -30,13 +34,14 @@ def upload(api, image_id, data, client):
         glance = glance_client(api)
         size = len(data) if client.endswith("size given") else None
         # glanceclient streams a file object with chunked transfer encoding.
-        resp, _ = glance.images.upload(image_id, io.BytesIO(data), image_size=size,
-                                       backend=BACKEND if api.multistore else None)
+        resp, _ = glance.images.upload(
+            image_id, io.BytesIO(data), image_size=size, backend=BACKEND if api.multistore else None
+        )
         return resp.status_code
     if client == "http, content-length":
         return api.upload(image_id, io.BytesIO(data), size=len(data))[0]
     # Pieces of odd sizes, so the server's reads straddle the client's chunks.
-    pieces = (data[i:i + 3 * MiB + 7] for i in range(0, len(data), 3 * MiB + 7))
+    pieces = (data[i : i + 3 * MiB + 7] for i in range(0, len(data), 3 * MiB + 7))
     return api.upload(image_id, pieces)[0]
 
 
@@ -97,8 +102,11 @@ def check_four_at_once(api, cluster, seed):
 
 
 def wait_status(api, image_id, wanted, timeout=60):
-    deadline = time.monotonic() + timeout
-    while (status := api.image(image_id)["status"]) not in wanted:
-        assert time.monotonic() < deadline, f"image {image_id} still {status} after {timeout}s"
-        time.sleep(0.1)
+    status = wait_for(
+        lambda: api.image(image_id)["status"],
+        timeout,
+        every=0.1,
+        until=lambda status: status in wanted,
+    )
+    assert status in wanted, f"image {image_id} still {status} after {timeout}s"
     return status

@@ -16,11 +16,12 @@ import tempfile
 
 import pytest
 
+import emulation
 import glance_rbd_native
 from tests import stock_versions
-from tests.harness import contract, emulation
+from tests.harness import contract
 from tests.harness.cluster import Cluster
-from tests.harness.stores import Images
+from tests.harness.stores import Images, glance_api_conf
 
 # A time limit for every test; a dead cluster or a full disk ends the run. A test that measures
 # runs alone while `make test` runs two lanes.
@@ -28,9 +29,12 @@ pytest_plugins = ("tests.harness.watchdog", "tests.harness.lanes")
 
 
 def pytest_addoption(parser):
-    parser.addoption("--timings-out", metavar="FILE",
-                     help="write the time by layer and by test to FILE (JSON) instead of "
-                          "reporting them: tests/harness/lanes.py adds up its lanes'")
+    parser.addoption(
+        "--timings-out",
+        metavar="FILE",
+        help="write the time by layer and by test to FILE (JSON) instead of "
+        "reporting them: tests/harness/lanes.py adds up its lanes'",
+    )
 
 
 def pytest_report_header():
@@ -76,15 +80,7 @@ def clean_pool(images):
 @pytest.fixture
 def conf_file(cluster, tmp_path):
     """A glance-api.conf with one rbd store, [glance_store], as admin (for `glance-rbd-native`)."""
-    path = tmp_path / "glance-api.conf"
-    path.write_text(f"""[glance_store]
-stores = rbd
-default_store = rbd
-rbd_store_pool = {cluster.pool}
-rbd_store_user = admin
-rbd_store_ceph_conf = {cluster.conf_path}
-""")
-    return path
+    return glance_api_conf(tmp_path / "glance-api.conf", cluster.pool, "admin", cluster.conf_path)
 
 
 @pytest.fixture
@@ -126,9 +122,18 @@ ROOT_WAIT_LIMIT = 1800
 
 def pytest_collection_modifyitems(items):
     """The Debian roots' layer last, and of it the emulated root last of all: `make test` builds
-    the roots missing in the background meanwhile (tests/harness/debian_root.py), the emulated
+    the roots missing in the background meanwhile (packaging/debian_root.py), the emulated
     one the slowest, so that on a fresh machine the other layers run while they build. A test
     of that layer may wait for its root in its set-up: it gets a longer limit."""
+    # make test-unit selects by marker: a test that uses the cluster must say so.
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "cluster" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("cluster")
+    ]
+    if unmarked:
+        raise pytest.UsageError(f"tests that use the cluster, not marked `cluster`: {unmarked}")
+
     def emulated(item) -> bool:
         release = getattr(getattr(item, "module", None), "RELEASE", None)
         return release is not None and emulation.foreign(release.arch)
@@ -162,7 +167,8 @@ def pytest_sessionfinish(session, exitstatus):
     timings_out = session.config.getoption("timings_out")
     if timings_out:
         pathlib.Path(timings_out).write_text(
-            json.dumps({"layers": _layer_seconds, "tests": _test_seconds}))
+            json.dumps({"layers": _layer_seconds, "tests": _test_seconds})
+        )
     # Cases named one by one (FILE::NAME) are not a whole file.
     if any("::" in arg for arg in session.config.args):
         return

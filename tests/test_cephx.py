@@ -52,14 +52,24 @@ class Refusal:
 def _connect(errno, *words):
     # Stock raises BackendException() with no message, from inside its except clause: the
     # rados error it caught is its __context__.
-    return Refusal(errno, "error connecting to the cluster", exceptions.BackendException,
-                   ("connecting to the monitors failed", f"(errno {errno})", *words))
+    return Refusal(
+        errno,
+        "error connecting to the cluster",
+        exceptions.BackendException,
+        ("connecting to the monitors failed", f"(errno {errno})", *words),
+    )
 
 
-_AUTH = ("authentication failed for {entity} with keyring {keyring}: the monitors refused it",
-         "glance's user needs mon 'profile rbd'", "`ceph auth get {entity}`")
-_CAPS = ("as {entity} was refused: Operation not permitted (errno 1)",
-         "glance's cephx user needs the caps {caps}", "`ceph auth get {entity}`")
+_AUTH = (
+    "authentication failed for {entity} with keyring {keyring}: the monitors refused it",
+    "glance's user needs mon 'profile rbd'",
+    "`ceph auth get {entity}`",
+)
+_CAPS = (
+    "as {entity} was refused: Operation not permitted (errno 1)",
+    "glance's cephx user needs the caps {caps}",
+    "`ceph auth get {entity}`",
+)
 
 # Ceph 16.2.15 (Debian 12's packages), client and cluster: uploads (the image's creation is
 # refused), then downloads (its open). None: it works. A legacy aes key given with `ceph auth
@@ -68,10 +78,12 @@ _CAPS = ("as {entity} was refused: Operation not permitted (errno 1)",
 CEPH16 = {
     "aes-key": None,
     "aes256k-key": _connect(
-        5, "this client cannot parse keyring {keyring}: the key of {entity} there is an aes256k "
+        5,
+        "this client cannot parse keyring {keyring}: the key of {entity} there is an aes256k "
         "key (cephx key type 2), which needs a Ceph 20 (Tentacle) client",
         "`ceph-authtool KEYRING --gen-key -n {entity} --key-type aes`",
-        "`ceph mon set auth_allowed_ciphers aes,aes256k`"),
+        "`ceph mon set auth_allowed_ciphers aes,aes256k`",
+    ),
     "wrong-key": _connect(13, *_AUTH),
     "no-mon-cap": _connect(13, *_AUTH),
     "no-key-in-keyring": _connect(13, "keyring {keyring} has no key for {entity}"),
@@ -82,17 +94,32 @@ CEPH16 = {
 }
 # Ceph 20 leaves the operations of a user with no osd cap at all unanswered (Ceph 16 refuses
 # them): with librados' op timeout (10 s here) they time out, and stock raises rbd.Timeout.
-_NO_ANSWER = Refusal(110, "error creating image", rbd.Timeout, (
-    "as {entity} got no answer in time: Connection timed out (errno 110)",
-    "{entity} may have no osd cap on the pool", "glance's cephx user needs the caps {caps}"))
+_NO_ANSWER = Refusal(
+    110,
+    "error creating image",
+    rbd.Timeout,
+    (
+        "as {entity} got no answer in time: Connection timed out (errno 110)",
+        "{entity} may have no osd cap on the pool",
+        "glance's cephx user needs the caps {caps}",
+    ),
+)
 # The host's Ceph 16 client on a Ceph 20 cluster that allows aes, its users given aes keys
 # (docs/deployment.md, older glance hosts).
 CEPH20_FROM_CEPH16 = {**CEPH16, "no-osd-cap": _NO_ANSWER}
 # A Ceph 20 client on a Ceph 20 cluster with its defaults: aes256k keys are the cluster's own,
 # and a legacy aes key is refused by the monitors.
-CEPH20 = {**CEPH16, "no-osd-cap": _NO_ANSWER, "aes256k-key": None,
-          "aes-key": _connect(13, *_AUTH, "a Ceph 20 (Tentacle) cluster also refuses legacy aes "
-                              "keys such as this one unless its monitors allow them")}
+CEPH20 = {
+    **CEPH16,
+    "no-osd-cap": _NO_ANSWER,
+    "aes256k-key": None,
+    "aes-key": _connect(
+        13,
+        *_AUTH,
+        "a Ceph 20 (Tentacle) cluster also refuses legacy aes "
+        "keys such as this one unless its monitors allow them",
+    ),
+}
 # What each client release meets on each cluster release: (librbd's, the monitors').
 EXPECTED = {(16, 16): CEPH16, (16, 20): CEPH20_FROM_CEPH16, (20, 20): CEPH20}
 
@@ -101,14 +128,20 @@ EXPECTED = {(16, 16): CEPH16, (16, 20): CEPH20_FROM_CEPH16, (20, 20): CEPH20}
 def expected(cluster):
     releases = (rbd.RBD().version()[1], cluster.release())
     if releases not in EXPECTED:
-        pytest.fail(f"no expectations for a Ceph {releases[0]} client on a Ceph {releases[1]} "
-                    "cluster")
+        pytest.fail(
+            f"no expectations for a Ceph {releases[0]} client on a Ceph {releases[1]} cluster"
+        )
     return EXPECTED[releases]
 
 
 def _words(expected, user, cluster, image):
-    values = dict(entity=user.entity, keyring=user.keyring, pool=cluster.pool, image=image,
-                  caps=CAPS.format(pool=cluster.pool))
+    values = dict(
+        entity=user.entity,
+        keyring=user.keyring,
+        pool=cluster.pool,
+        image=image,
+        caps=CAPS.format(pool=cluster.pool),
+    )
     return [word.format(**values) for word in expected.words]
 
 
@@ -205,8 +238,7 @@ def test_download(cluster, clean_pool, case, expected):
             at_connect = expected.at_connect
             _check_stock(stock[call], expected, None if at_connect else "error opening image")
             operation = None if at_connect else f"opening image '{name}'"
-            _check_native(native[call], expected, _words(expected, user, cluster, name),
-                          operation)
+            _check_native(native[call], expected, _words(expected, user, cluster, name), operation)
         assert (_native.connection_count(), _threads()) == (connections, threads)
     clean_pool.remove_snapshots(name)
     clean_pool.remove(name)
@@ -226,12 +258,16 @@ def test_command(cluster, tmp_path, case, expected):
     if expected.at_connect:
         words = _words(expected, user, cluster, None)
     elif expected.stock is rbd.Timeout:
-        words = [f"the cluster did not answer {user.entity} in pool '{cluster.pool}' in time",
-                 f"{user.entity} may have no osd cap on the pool",
-                 f"glance's cephx user needs the caps {CAPS.format(pool=cluster.pool)}"]
+        words = [
+            f"the cluster did not answer {user.entity} in pool '{cluster.pool}' in time",
+            f"{user.entity} may have no osd cap on the pool",
+            f"glance's cephx user needs the caps {CAPS.format(pool=cluster.pool)}",
+        ]
     else:
-        words = [f"the cluster refused {user.entity} in pool '{cluster.pool}'",
-                 f"glance's cephx user needs the caps {CAPS.format(pool=cluster.pool)}"]
+        words = [
+            f"the cluster refused {user.entity} in pool '{cluster.pool}'",
+            f"glance's cephx user needs the caps {CAPS.format(pool=cluster.pool)}",
+        ]
     for word in words:
         assert word in done.stderr, f"{word!r} not in {done.stderr!r}"
 

@@ -16,11 +16,23 @@ from tests.harness.stores import make_store
 LIBRADOS_TIMEOUTS = ("rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout")
 
 
-@pytest.mark.parametrize("version,supported", [
-    ("4.0.0", False), ("4.1.0", True), ("4.1.1", True), ("4.3.3", True), ("4.10.0", True),
-    ("5.0.0.0rc1", True), ("5.7.0", True), ("5.99.3", True), ("6.0.0", False),
-    ("3.0.0", False), (None, False), ("unknown", False),
-])
+@pytest.mark.parametrize(
+    "version,supported",
+    [
+        ("4.0.0", False),
+        ("4.1.0", True),
+        ("4.1.1", True),
+        ("4.3.3", True),
+        ("4.10.0", True),
+        ("5.0.0.0rc1", True),
+        ("5.7.0", True),
+        ("5.99.3", True),
+        ("6.0.0", False),
+        ("3.0.0", False),
+        (None, False),
+        ("unknown", False),
+    ],
+)
 def test_supported_range(version, supported):
     assert compat.is_supported(version) is supported
 
@@ -57,13 +69,19 @@ def test_options_are_the_ones_stock_configured(cluster, backend):
 
 
 @pytest.mark.cluster
-@pytest.mark.skipif(not stock_versions.HAS_STORE_CONF,
-                    reason="[backend_defaults] arrived in glance_store 5.0")
+@pytest.mark.skipif(
+    not stock_versions.HAS_STORE_CONF, reason="[backend_defaults] arrived in glance_store 5.0"
+)
 def test_multi_store_options_from_backend_defaults(cluster, clean_pool):
     """From 5.0, options left out of a backend's group come from [backend_defaults]; the group
     itself then answers None."""
-    store = make_store(cluster, chunk_mib=1, backend="ceph1", timeout=30,
-                       defaults=("rbd_store_user", "rados_connect_timeout"))
+    store = make_store(
+        cluster,
+        chunk_mib=1,
+        backend="ceph1",
+        timeout=30,
+        defaults=("rbd_store_user", "rados_connect_timeout"),
+    )
     assert store.conf.ceph1.rbd_store_user is None
     assert compat.store_options(store).rbd_store_user == cluster.store_user
     assert compat.connect_timeout(store) == 30

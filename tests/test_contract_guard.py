@@ -29,15 +29,21 @@ def run_results(version, root=True):
 def junit(results):
     """pytest's JUnit XML of these results, cases of a module in classname tests.MODULE."""
     lines = ['<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">']
-    body = {"passed": "", "skipped": '<skipped type="pytest.skip" message="x"/>',
-            "failed": '<failure message="x">trace</failure>', "error": '<error message="x"/>'}
+    body = {
+        "passed": "",
+        "skipped": '<skipped type="pytest.skip" message="x"/>',
+        "failed": '<failure message="x">trace</failure>',
+        "error": '<error message="x"/>',
+    }
     for file, cases in results.items():
         for case, outcome in cases.items():
             _, _, name = case.partition("::")
             *classes, name = name.split("::")
             classname = ".".join(["tests", file.removesuffix(".py"), *classes])
-            lines.append(f"<testcase classname={quoteattr(classname)} name={quoteattr(name)} "
-                         f'time="0.1">{body[outcome]}</testcase>')
+            lines.append(
+                f"<testcase classname={quoteattr(classname)} name={quoteattr(name)} "
+                f'time="0.1">{body[outcome]}</testcase>'
+            )
     return "\n".join([*lines, "</testsuite></testsuites>"])
 
 
@@ -69,7 +75,8 @@ def test_a_missing_file_fails_naming_it_and_the_release():
     results = run_results(OLD)
     del results["test_errors.py"]
     assert contract.problems("glance_store 4.1.0", OLD, results, root=True) == [
-        "glance_store 4.1.0: test_errors.py: no results (not collected?)"]
+        "glance_store 4.1.0: test_errors.py: no results (not collected?)"
+    ]
 
 
 def test_a_count_that_differs_fails():
@@ -77,8 +84,9 @@ def test_a_count_that_differs_fails():
     results["test_download.py"].popitem()
     found = contract.problems("glance_store 5.7.0", NEW, results, root=True)
     expected = contract.CASES["test_download.py"]
-    assert found == [f"glance_store 5.7.0: test_download.py: {expected - 1} cases, "
-                     f"expected {expected}"]
+    assert found == [
+        f"glance_store 5.7.0: test_download.py: {expected - 1} cases, expected {expected}"
+    ]
 
 
 def test_an_unexpected_skip_fails():
@@ -86,16 +94,19 @@ def test_an_unexpected_skip_fails():
     results["test_differential.py"]["test_differential.py::test_case[3]"] = "skipped"
     assert contract.problems("glance_store 5.7.0", NEW, results, root=True) == [
         "glance_store 5.7.0: test_differential.py: test_differential.py::test_case[3] skipped, "
-        "expected to run"]
+        "expected to run"
+    ]
 
 
 def test_a_missing_skip_fails():
     """A case for 5.0 on that ran on 4.1 means the release's conditions were not read."""
     results = run_results(NEW)  # where it runs
     [found] = contract.problems("glance_store 4.1.0", OLD, results, root=True)
-    assert found.startswith("glance_store 4.1.0: test_compat.py: test_compat.py::"
-                            "test_multi_store_options_from_backend_defaults ran (passed), "
-                            "expected to skip on glance_store < 5.0")
+    assert found.startswith(
+        "glance_store 4.1.0: test_compat.py: test_compat.py::"
+        "test_multi_store_options_from_backend_defaults ran (passed), "
+        "expected to skip on glance_store < 5.0"
+    )
 
 
 def test_a_skip_that_depends_on_root():
@@ -109,8 +120,12 @@ def test_check_reads_the_junit_xml_not_the_summary():
     results["test_patch.py"] = {}
     with pytest.raises(AssertionError, match=r"glance_store 4\.1\.0: test_patch\.py: no results"):
         contract.check("glance_store 4.1.0", "4.1.0", completed(), junit(results), root=True)
-    assert contract.check("glance_store 4.1.0", "4.1.0", completed(), junit(run_results(OLD)),
-                          root=True) == "171 passed in 1s"
+    assert (
+        contract.check(
+            "glance_store 4.1.0", "4.1.0", completed(), junit(run_results(OLD)), root=True
+        )
+        == "171 passed in 1s"
+    )
 
 
 def test_check_fails_a_failed_run_and_unreadable_xml():
@@ -125,10 +140,13 @@ def test_check_fails_a_failed_run_and_unreadable_xml():
 def test_cases_in_classes_and_teardown_errors():
     xml = junit({"test_patch.py": {"test_patch.py::TestX::test_y[a/b]": "passed"}})
     xml = xml.replace(
-        "</testsuite>", '<testcase classname="tests.test_patch.TestX" name="test_y[a/b]">'
-                        '<error message="teardown"/></testcase></testsuite>')
+        "</testsuite>",
+        '<testcase classname="tests.test_patch.TestX" name="test_y[a/b]">'
+        '<error message="teardown"/></testcase></testsuite>',
+    )
     assert contract.parse_junit(xml) == {
-        "test_patch.py": {"test_patch.py::TestX::test_y[a/b]": "error"}}
+        "test_patch.py": {"test_patch.py::TestX::test_y[a/b]": "error"}
+    }
 
 
 def test_the_main_runs_tally():
@@ -178,16 +196,20 @@ def core_results(outcome="passed"):
 def test_the_core_names_cases_of_the_contract_files():
     """Each case of the emulated core exists: pytest collects it from the checkout."""
     ids = [f"tests/{case}" for case in contract.CORE]
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                          "-p", "no:cacheprovider", *ids], capture_output=True, text=True,
-                         cwd=contract_root()).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *ids],
+        capture_output=True,
+        text=True,
+        cwd=contract_root(),
+    ).stdout
     assert sorted(line for line in out.splitlines() if "::" in line) == sorted(ids)
 
 
 def test_a_core_run_passes_only_with_each_case_passed():
     results = core_results()
     assert contract.check_cases("arm64", contract.CORE, completed(), junit(results)) == (
-        "171 passed in 1s")
+        "171 passed in 1s"
+    )
     first = contract.CORE[0]
     results[first.partition("::")[0]][first] = "skipped"
     with pytest.raises(AssertionError, match=re.escape(f"arm64: {first}: skipped")):

@@ -50,11 +50,22 @@ def upload_both(cluster, images, data, declared_size, source, store_kwargs, algo
         store = make_store(cluster, **store_kwargs)
         name = new_name(driver)
         verifier = RecordingVerifier()
-        result = store.add(name, SOURCES[source](data, store.WRITE_CHUNKSIZE), declared_size,
-                           algo, verifier=verifier)
+        result = store.add(
+            name,
+            SOURCES[source](data, store.WRITE_CHUNKSIZE),
+            declared_size,
+            algo,
+            verifier=verifier,
+        )
         try:
-            outcome[driver] = (result, images.read(name), images.info(name), verifier.chunks,
-                               name, images.data_objects(name))
+            outcome[driver] = (
+                result,
+                images.read(name),
+                images.info(name),
+                verifier.chunks,
+                name,
+                images.data_objects(name),
+            )
         finally:
             images.remove(name)
     glance_rbd_native.unpatch()
@@ -78,12 +89,18 @@ def assert_same(outcome, data, cluster, algo="sha512"):
 
 
 def sizes_around(chunk):
-    return {"1B": 1, "chunk-1": chunk - 1, "chunk": chunk, "chunk+1": chunk + 1,
-            "many": 3 * chunk + 7}
+    return {
+        "1B": 1,
+        "chunk-1": chunk - 1,
+        "chunk": chunk,
+        "chunk+1": chunk + 1,
+        "many": 3 * chunk + 7,
+    }
 
 
-@pytest.mark.parametrize("chunk_mib,thin", [(1, False), (1, True), (4, False)],
-                         ids=["1MiB", "1MiB-thin", "4MiB"])
+@pytest.mark.parametrize(
+    "chunk_mib,thin", [(1, False), (1, True), (4, False)], ids=["1MiB", "1MiB-thin", "4MiB"]
+)
 @pytest.mark.parametrize("size_name", list(sizes_around(MiB)))
 @pytest.mark.parametrize("known", [True, False], ids=["known", "unknown"])
 @pytest.mark.parametrize("source", list(SOURCES))
@@ -91,16 +108,23 @@ def test_same_as_stock(cluster, clean_pool, chunk_mib, thin, size_name, known, s
     chunk = chunk_mib * MiB
     size = sizes_around(chunk)[size_name]
     data = sparse_data(size, seed=size) if thin else data_of(size, seed=size)
-    outcome = upload_both(cluster, clean_pool, data, size if known else 0, source,
-                          dict(chunk_mib=chunk_mib, thin=thin))
+    outcome = upload_both(
+        cluster,
+        clean_pool,
+        data,
+        size if known else 0,
+        source,
+        dict(chunk_mib=chunk_mib, thin=thin),
+    )
     assert_same(outcome, data, cluster)
 
 
 @pytest.mark.parametrize("known", [True, False], ids=["known", "unknown"])
 def test_thin_all_zero_image_allocates_nothing(cluster, clean_pool, known):
     data = bytes(3 * MiB + 5)
-    outcome = upload_both(cluster, clean_pool, data, len(data) if known else 0, "file",
-                          dict(chunk_mib=1, thin=True))
+    outcome = upload_both(
+        cluster, clean_pool, data, len(data) if known else 0, "file", dict(chunk_mib=1, thin=True)
+    )
     assert_same(outcome, data, cluster)
     assert outcome["native"][5] == 0
 
@@ -116,16 +140,23 @@ def test_thick_writes_zero_chunks_like_stock(cluster, clean_pool):
 @pytest.mark.parametrize("algo", ["md5", "sha256", "sha3_512", "blake2b", "ripemd160", "md5-sha1"])
 def test_hashing_algorithms(cluster, clean_pool, algo):
     data = data_of(2 * MiB + 3)
-    outcome = upload_both(cluster, clean_pool, data, len(data), "file", dict(chunk_mib=1),
-                          algo=algo)
+    outcome = upload_both(
+        cluster, clean_pool, data, len(data), "file", dict(chunk_mib=1), algo=algo
+    )
     assert_same(outcome, data, cluster, algo)
 
 
 @pytest.mark.parametrize("known", [True, False], ids=["known", "unknown"])
 def test_multi_store_metadata(cluster, clean_pool, known):
     data = data_of(MiB + 1)
-    outcome = upload_both(cluster, clean_pool, data, len(data) if known else 0, "file",
-                          dict(chunk_mib=1, backend="ceph1"))
+    outcome = upload_both(
+        cluster,
+        clean_pool,
+        data,
+        len(data) if known else 0,
+        "file",
+        dict(chunk_mib=1, backend="ceph1"),
+    )
     assert_same(outcome, data, cluster)
     assert outcome["native"][0][4] == {"store": "ceph1"}
 

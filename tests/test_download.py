@@ -43,8 +43,12 @@ def read_with(driver, cluster, name, snapshot=SNAP, **store_kwargs):
     store = make_store(cluster, **store_kwargs)
     chunks, size = store.get(locate(store, cluster, name, snapshot))
     parts = list(chunks)
-    return [len(p) for p in parts], b"".join(parts), size, store.get_size(
-        locate(store, cluster, name, snapshot))
+    return (
+        [len(p) for p in parts],
+        b"".join(parts),
+        size,
+        store.get_size(locate(store, cluster, name, snapshot)),
+    )
 
 
 @pytest.mark.parametrize("size", [0, 1, 8 * MiB - 1, 8 * MiB, 8 * MiB + 1, 3 * 8 * MiB + 5])
@@ -63,8 +67,7 @@ def test_same_chunks_bytes_and_size(cluster, clean_pool, size):
 def test_the_store_chunk_size(cluster, clean_pool, chunk_mib):
     data = data_of(5 * MiB + 3, seed=chunk_mib)
     name = stored(clean_pool, data)
-    results = {driver: read_with(driver, cluster, name, chunk_mib=chunk_mib)
-               for driver in DRIVERS}
+    results = {driver: read_with(driver, cluster, name, chunk_mib=chunk_mib) for driver in DRIVERS}
     assert results["native"] == results["stock"]
     assert results["native"][0][0] == chunk_mib * MiB
     clean_pool.remove(name)
@@ -103,8 +106,7 @@ def test_a_missing_image(cluster, clean_pool):
 
 def test_a_missing_snapshot(cluster, clean_pool):
     name = stored(clean_pool, data_of(MiB))
-    raised = {driver: errors_of(driver, cluster, name, snapshot="nosuch")
-              for driver in DRIVERS}
+    raised = {driver: errors_of(driver, cluster, name, snapshot="nosuch") for driver in DRIVERS}
     assert raised["native"] == raised["stock"]
     assert raised["native"][0][0] is exceptions.NotFound
     clean_pool.remove(name)

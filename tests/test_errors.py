@@ -56,8 +56,9 @@ def test_duplicate_leaves_existing_image_untouched(cluster, clean_pool):
 def test_size_exceeds(cluster, clean_pool):
     name = new_name()
     store = make_store(cluster, chunk_mib=1)
-    with pytest.raises(exceptions.Invalid,
-                       match=f"Size exceeds: expected {2 * MiB} bytes, got {3 * MiB} bytes"):
+    with pytest.raises(
+        exceptions.Invalid, match=f"Size exceeds: expected {2 * MiB} bytes, got {3 * MiB} bytes"
+    ):
         store.add(name, io.BytesIO(data_of(3 * MiB)), 2 * MiB, "sha512")
     assert name not in clean_pool.names()
 
@@ -65,16 +66,19 @@ def test_size_exceeds(cluster, clean_pool):
 def test_size_mismatch(cluster, clean_pool):
     name = new_name()
     store = make_store(cluster, chunk_mib=1)
-    with pytest.raises(exceptions.Invalid,
-                       match=f"Size mismatch: expected {3 * MiB} bytes, got {MiB + 5} bytes"):
+    with pytest.raises(
+        exceptions.Invalid, match=f"Size mismatch: expected {3 * MiB} bytes, got {MiB + 5} bytes"
+    ):
         store.add(name, io.BytesIO(data_of(MiB + 5)), 3 * MiB, "sha512")
     assert name not in clean_pool.names()
 
 
 @pytest.mark.parametrize("known", [True, False], ids=["known", "unknown"])
-@pytest.mark.parametrize("error", [OSError("connection reset by peer"),
-                                   ImageSizeLimitExceeded()],
-                         ids=["ioerror", "size-limit"])
+@pytest.mark.parametrize(
+    "error",
+    [OSError("connection reset by peer"), ImageSizeLimitExceeded()],
+    ids=["ioerror", "size-limit"],
+)
 def test_reader_error_reraised_unchanged(cluster, clean_pool, known, error):
     name = new_name()
     store = make_store(cluster, chunk_mib=1)

@@ -21,6 +21,7 @@ from glance_rbd_native import RbdWriter
 from tests.harness.cluster import free_port
 from tests.harness.data import MiB, data_of, expected_result, new_name
 from tests.harness.stores import SNAP, make_store
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture
 def osd_stopped(cluster):
     """Stops the OSD for the test body; it is always back afterwards."""
+
     def stop():
         cluster.stop_osd()
 
@@ -50,11 +52,18 @@ def ctrl_c():
     signal.signal(signal.SIGINT, previous)
 
 
-def test_ctrl_c_interrupts_a_stuck_write_and_abort_cleans_up(cluster, clean_pool, osd_stopped,
-                                                             ctrl_c):
+def test_ctrl_c_interrupts_a_stuck_write_and_abort_cleans_up(
+    cluster, clean_pool, osd_stopped, ctrl_c
+):
     name = new_name()
-    writer = RbdWriter(cluster.pool, name, conffile=str(cluster.conf_path), user="admin",
-                       order=20, max_in_flight=MiB)
+    writer = RbdWriter(
+        cluster.pool,
+        name,
+        conffile=str(cluster.conf_path),
+        user="admin",
+        order=20,
+        max_in_flight=MiB,
+    )
     writer.write(data_of(MiB))
     osd_stopped()
     interrupt_main_thread_after(0.5)
@@ -142,17 +151,9 @@ class StopsOsdAfter:
         return self._stream.read(size)
 
 
-def wait_until(predicate, timeout, interval=0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
 def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
-        cluster, clean_pool, osd_stopped, caplog):
+    cluster, clean_pool, osd_stopped, caplog
+):
     caplog.set_level(logging.INFO, logger="glance_rbd_native")
     glance_rbd_native.patch()
     name = new_name("osd-down")
@@ -168,8 +169,9 @@ def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
     # down); closing and removal are left to the background: a bound, not a hang.
     assert elapsed < 3 * timeout, f"{elapsed:.1f}s"
     cluster.start_osd()
-    assert wait_until(lambda: name not in clean_pool.names(), timeout=90), \
+    assert wait_for(lambda: name not in clean_pool.names(), timeout=90), (
         "the partial image was not removed once the OSD was back"
+    )
     # The janitor thread never calls into Python: its record waits for the next native call,
     # and is emitted on the thread that makes it.
     removed = f"removed partial image '{name}' in pool '{cluster.pool}' after an earlier failure"
@@ -182,8 +184,9 @@ def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
 
 # About 45 s, most of it the OSD's watch timeout lapsing before the image can be removed.
 @pytest.mark.load
-def test_osd_stopped_mid_read_errors_within_the_timeout(cluster, clean_pool, osd_stopped,
-                                                        monkeypatch):
+def test_osd_stopped_mid_read_errors_within_the_timeout(
+    cluster, clean_pool, osd_stopped, monkeypatch
+):
     """A download whose OSD goes away: the reads in flight and the next ones time out within
     rados_connect_timeout, the consumer gets a clear error, and the reader lets go of the
     image (it is removable once the OSD is back)."""
@@ -220,12 +223,13 @@ def test_osd_stopped_mid_read_errors_within_the_timeout(cluster, clean_pool, osd
 
     # The reader closed the image while the OSD was down, so its watch could not be taken
     # back: it lapses on the OSD's watch timeout (30 s), and then the image can go.
-    assert wait_until(removed, timeout=90)
+    assert wait_for(removed, timeout=90)
 
 
 @pytest.fixture
 def full_osd(cluster):
     """Marks the OSD full by lowering the full ratios below its usage; restores them after."""
+
     def set_ratios(nearfull, backfillfull, full):
         cluster.ceph("osd", "set-nearfull-ratio", str(nearfull))
         cluster.ceph("osd", "set-backfillfull-ratio", str(backfillfull))
@@ -237,11 +241,11 @@ def full_osd(cluster):
 
     def fill():
         set_ratios(0.00001, 0.00002, 0.00003)
-        assert wait_until(is_full, timeout=60), "the OSD was not marked full"
+        assert wait_for(is_full, timeout=60), "the OSD was not marked full"
 
     yield fill
     set_ratios(0.85, 0.90, 0.95)
-    assert wait_until(lambda: not is_full(), timeout=60)
+    assert wait_for(lambda: not is_full(), timeout=60)
 
 
 @pytest.mark.parametrize("timeout", [10, -1], ids=["timeout", "no-timeout"])
@@ -267,8 +271,11 @@ def test_bad_keyring_is_a_clear_error_within_the_timeout(cluster, clean_pool, tm
     keyring = tmp_path / "bad.keyring"
     keyring.write_text("[client.admin]\n\tkey = AQBvaGVsbG8gd29ybGQhISEhISEhISEhISE=\n")
     conf = tmp_path / "ceph.conf"
-    conf.write_text(cluster.conf_path.read_text().replace(
-        f"keyring = {cluster.root}/ceph.client.admin.keyring", f"keyring = {keyring}"))
+    conf.write_text(
+        cluster.conf_path.read_text().replace(
+            f"keyring = {cluster.root}/ceph.client.admin.keyring", f"keyring = {keyring}"
+        )
+    )
     glance_rbd_native.patch()
     store = make_store(cluster, chunk_mib=1, timeout=5, conf_file=conf)
     started = time.monotonic()
@@ -284,10 +291,13 @@ def test_a_dead_backend_fails_on_its_own_while_others_upload(cluster, clean_pool
 
     mount_timeout = 10
     dead_conf = tmp_path / "dead.conf"
-    dead_conf.write_text(re.sub(
-        r"mon host = .*",
-        f"mon host = v2:127.0.0.1:{free_port()}\nclient mount timeout = {mount_timeout}",
-        cluster.conf_path.read_text()))
+    dead_conf.write_text(
+        re.sub(
+            r"mon host = .*",
+            f"mon host = v2:127.0.0.1:{free_port()}\nclient mount timeout = {mount_timeout}",
+            cluster.conf_path.read_text(),
+        )
+    )
     glance_rbd_native.patch()
     dead = make_store(cluster, chunk_mib=1, conf_file=dead_conf)
     live = make_store(cluster, chunk_mib=1, backend="ceph1")
@@ -307,12 +317,12 @@ def test_a_dead_backend_fails_on_its_own_while_others_upload(cluster, clean_pool
     data = data_of(4 * MiB)
     for _ in range(3):
         name = new_name("live")
-        assert live.add(name, io.BytesIO(data), len(data), "sha512")[1:4] == \
-            expected_result(data)
+        assert live.add(name, io.BytesIO(data), len(data), "sha512")[1:4] == expected_result(data)
         assert clean_pool.read(name) == data
         clean_pool.remove(name)
-    assert all(thread.is_alive() for thread in stuck), \
+    assert all(thread.is_alive() for thread in stuck), (
         "the dead backend gave up before the live uploads were done: nothing was shown"
+    )
     for thread in stuck:
         thread.join(timeout=3 * mount_timeout)
     assert not any(thread.is_alive() for thread in stuck)

@@ -15,6 +15,8 @@ import rbd
 
 from glance_rbd_native import leftovers
 from glance_rbd_native._native import Fenced, RbdReader, RbdWriter
+from tests.harness import command
+from tests.harness.command import OWN_PID_NAMESPACE
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.held_upload import CHECKOUT, Held
 from tests.harness.stores import SNAP
@@ -34,8 +36,11 @@ def blocklist(cluster, addr):
     cluster.mon("osd blocklist", blocklistop="add", addr=addr)
     dump = cluster.mon("osd dump", format="json").strip()
     epoch = json.JSONDecoder().raw_decode(dump)[0]["epoch"]
-    wait_for(lambda: all(osd_epoch(cluster, osd) >= epoch for osd in range(cluster.osds)), 60,
-             f"every OSD has the osdmap of epoch {epoch}, which blocklists {addr}")
+    wait_for(
+        lambda: all(osd_epoch(cluster, osd) >= epoch for osd in range(cluster.osds)),
+        60,
+        f"every OSD has the osdmap of epoch {epoch}, which blocklists {addr}",
+    )
 
 
 def osd_epoch(cluster, osd):
@@ -44,8 +49,7 @@ def osd_epoch(cluster, osd):
     return json.JSONDecoder().raw_decode(status.strip())[0]["newest_map"]
 
 
-def test_an_upload_blocklisted_in_the_middle_fails_fast_and_the_next_works(cluster,
-                                                                           clean_pool):
+def test_an_upload_blocklisted_in_the_middle_fails_fast_and_the_next_works(cluster, clean_pool):
     name, then = new_name("fenced"), new_name("after")
     held = Held(cluster, name, then=then)
     blocklist(cluster, leftovers.marks(clean_pool.ioctx)[name].get("addr"))
@@ -82,16 +86,28 @@ def test_an_upload_blocklisted_before_its_finish_fails_fast(cluster, clean_pool)
     print(f"\nblocklisted before its finish: failed {took:.1f} s after")
 
 
-def test_a_download_blocklisted_in_the_middle_fails_fast_and_the_next_works(cluster,
-                                                                            clean_pool):
+def test_a_download_blocklisted_in_the_middle_fails_fast_and_the_next_works(cluster, clean_pool):
     name = new_name("read-fenced")
     clean_pool.store(name, data_of(64 * MiB, seed=len(name)))
     # A bound of 8 MiB: most of the image is still to read when the reader is fenced.
     reader = subprocess.Popen(
-        [sys.executable, "-m", "tests.harness.held_download", "--conf", str(cluster.conf_path),
-         "--pool", cluster.pool, "--image", name],
-        cwd=CHECKOUT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "GLANCE_RBD_NATIVE_MAX_IN_FLIGHT_MIB": "8"})
+        [
+            sys.executable,
+            "-m",
+            "tests.harness.held_download",
+            "--conf",
+            str(cluster.conf_path),
+            "--pool",
+            cluster.pool,
+            "--image",
+            name,
+        ],
+        cwd=CHECKOUT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "GLANCE_RBD_NATIVE_MAX_IN_FLIGHT_MIB": "8"},
+    )
     try:
         assert reader.stdout.readline().strip() == "held"
         (watch,) = clean_pool.watchers(name)
@@ -131,8 +147,7 @@ def test_a_connection_fenced_while_idle_is_replaced_by_the_next_transfer(cluster
         clean_pool.remove(name)
 
 
-def test_a_frozen_writer_no_sweep_can_see_is_fenced_then_fails_fast(cluster, clean_pool,
-                                                                    conf_file):
+def test_a_frozen_writer_no_sweep_can_see_is_fenced_then_fails_fast(cluster, clean_pool, conf_file):
     """A writer in a pid namespace of its own, frozen past `--presume-gone-after`, looked at
     by a sweep in another namespace, which cannot see it: fenced, then removed. Thawed, its
     upload fails at once with the fenced error, and that process's next upload is stored."""
@@ -140,15 +155,11 @@ def test_a_frozen_writer_no_sweep_can_see_is_fenced_then_fails_fast(cluster, cle
     held = Held(cluster, name, then=then, own_namespace=True)
     held.freeze()
     try:
-        wait_for(lambda: not clean_pool.watchers(name), 90,
-                 "the frozen writer's watch expired")
-        sweep = subprocess.run(
-            ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable, "-m",
-             "glance_rbd_native", "sweep", "--remove", "--presume-gone-after", "1",
-             "--config-file", str(conf_file), "--format", "json"],
-            capture_output=True, text=True, timeout=120, cwd=CHECKOUT)
-        assert sweep.returncode == 0, sweep.stderr
-        (gone,) = json.loads(sweep.stdout)[0]["gone"]
+        wait_for(lambda: not clean_pool.watchers(name), 90, "the frozen writer's watch expired")
+        sweep = command.report(
+            conf_file, "sweep", "--remove", "--presume-gone-after", "1", wrap=OWN_PID_NAMESPACE
+        )
+        (gone,) = sweep["gone"]
         assert gone["image"] == name and gone["outcome"] == "fenced and removed", gone
         assert "presumed gone" in gone["reason"] and "cannot be seen" in gone["reason"]
         assert name not in clean_pool.names()

@@ -3,8 +3,6 @@ before forking its workers: the children must not use what the parent made."""
 
 import io
 import os
-import signal
-import time
 import traceback
 
 import pytest
@@ -12,25 +10,13 @@ import pytest
 import glance_rbd_native
 from tests.harness.data import MiB, data_of, expected_result, new_name
 from tests.harness.stores import make_store
+from tests.harness.waiting import exit_status
 
 pytestmark = [
     pytest.mark.cluster,
     # eventlet, imported by glance's dependencies in this interpreter, warns in its at-fork hook.
     pytest.mark.filterwarnings("ignore:Using fork\\(\\) is a bad idea:DeprecationWarning"),
 ]
-
-
-def wait_child(pid, timeout):
-    """The child's exit status; a child still running after `timeout` is killed: a hang."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return "hung"
 
 
 def test_children_of_a_connected_parent_upload(cluster, clean_pool):
@@ -49,7 +35,8 @@ def test_children_of_a_connected_parent_upload(cluster, clean_pool):
             code = 1
             try:
                 result = make_store(cluster, chunk_mib=1).add(
-                    name, io.BytesIO(data), len(data), "sha512")
+                    name, io.BytesIO(data), len(data), "sha512"
+                )
                 code = 0 if result[1:4] == expected_result(data) else 2
             except BaseException:
                 traceback.print_exc()
@@ -57,7 +44,7 @@ def test_children_of_a_connected_parent_upload(cluster, clean_pool):
                 os._exit(code)
         children[pid] = name
 
-    outcomes = {name: wait_child(pid, timeout=60) for pid, name in children.items()}
+    outcomes = {name: exit_status(pid, timeout=60) for pid, name in children.items()}
     for name in children.values():
         if outcomes[name] == 0:
             assert clean_pool.read(name) == data

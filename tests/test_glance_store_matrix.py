@@ -24,6 +24,7 @@ from tests.harness.cluster import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.matrix]
 
+
 class Runs:
     """Contract runs, as many at a time as there are clusters, each on a cluster alone."""
 
@@ -53,8 +54,14 @@ class Runs:
             with self._lock:
                 if self._stopping:
                     raise RuntimeError("the matrix was stopped")
-                child = subprocess.Popen(argv, cwd=venvs.ROOT, env=env, text=True,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                child = subprocess.Popen(
+                    argv,
+                    cwd=venvs.ROOT,
+                    env=env,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
                 self._children.add(child)
             try:
                 out, err = child.communicate(timeout=1200)
@@ -81,9 +88,12 @@ class Runs:
 @pytest.fixture(scope="module")
 def matrix(request, cluster, tmp_path_factory):
     """Starts the contract run of every release selected in this module: futures by release."""
-    versions = [item.callspec.params["version"] for item in request.session.items
-                if item.module is request.module
-                and item.callspec.params["version"] != stock_versions.VERSION_TEXT]
+    versions = [
+        item.callspec.params["version"]
+        for item in request.session.items
+        if item.module is request.module
+        and item.callspec.params["version"] != stock_versions.VERSION_TEXT
+    ]
     clusters = [cluster]
     with contextlib.ExitStack() as stack:
         if len(versions) > 1:

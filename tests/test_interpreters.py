@@ -6,6 +6,7 @@ the native module is needed there; the image is checked from this process."""
 import hashlib
 import json
 import os
+import pathlib
 import subprocess
 
 import pytest
@@ -16,22 +17,8 @@ from tests.harness.stores import SNAP
 
 pytestmark = [pytest.mark.cluster, pytest.mark.wheel]
 
-# Writes DATA (a file) as bytes, a bytearray and a numpy array, and prints what the writer saw.
-PROBE = """
-import json, sys
-import numpy as np
-from glance_rbd_native import RbdWriter
-conf, pool, name, snapshot, path = sys.argv[1:]
-data = open(path, "rb").read()
-third = len(data) // 3
-with RbdWriter(pool, name, len(data), conffile=conf, user="admin", snapshot=snapshot,
-               digests=["md5", "sha512"]) as writer:
-    writer.write(data[:third])
-    writer.write(bytearray(data[third:2 * third]))
-    writer.write(np.frombuffer(data[2 * third:], dtype=np.uint8))
-print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "numpy": np.__version__,
-                  "written": writer.bytes_written, "digests": writer.hexdigests}))
-"""
+# Run by path by each interpreter under test, where only the wheel and numpy are installed.
+PROGRAM = pathlib.Path(__file__).resolve().parent / "harness" / "wheel_upload.py"
 
 
 @pytest.mark.parametrize("version", ["3.9", "3.10", "3.12", "3.13"])
@@ -45,13 +32,20 @@ def test_the_wheel_uploads_from_python(version, cluster, clean_pool, tmp_path):
     source.write_bytes(data)
     name = new_name(f"py{version}")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    out = subprocess.run([str(python), "-c", PROBE, str(cluster.conf_path), cluster.pool, name,
-                          SNAP, str(source)], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(python), str(PROGRAM), str(cluster.conf_path), cluster.pool, name, SNAP, str(source)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["python"] == version
     assert result["written"] == len(data)
-    assert result["digests"] == {"md5": hashlib.md5(data).hexdigest(),
-                                 "sha512": hashlib.sha512(data).hexdigest()}
+    assert result["digests"] == {
+        "md5": hashlib.md5(data).hexdigest(),
+        "sha512": hashlib.sha512(data).hexdigest(),
+    }
     assert clean_pool.read(name) == data  # at the snapshot
     clean_pool.remove(name)

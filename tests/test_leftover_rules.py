@@ -20,10 +20,21 @@ START = 1234567
 
 
 def mark_fields(**changes):
-    fields = {"host": "vm", "boot_id": BOOT, "pid": 1, "process_start": START,
-              "pid_ns": CONTAINER_NS, "cgroup": "/system.slice/docker-abc.scope",
-              "client": 4242, "addr": "10.0.0.1:0/99", "image_id": "1f2e3d",
-              "started": 1000.0, "updated": 1000.0, "bytes": 0, "size": 0}
+    fields = {
+        "host": "vm",
+        "boot_id": BOOT,
+        "pid": 1,
+        "process_start": START,
+        "pid_ns": CONTAINER_NS,
+        "cgroup": "/system.slice/docker-abc.scope",
+        "client": 4242,
+        "addr": "10.0.0.1:0/99",
+        "image_id": "1f2e3d",
+        "started": 1000.0,
+        "updated": 1000.0,
+        "bytes": 0,
+        "size": 0,
+    }
     fields.update(changes)
     return {k: v for k, v in fields.items() if v is not None}
 
@@ -44,7 +55,8 @@ class FakeProc:
         (root / "self").symlink_to(me)
         options = "rw,hidepid=invisible" if hidepid else "rw"
         (root / me / "mountinfo").write_text(
-            f"22 1 0:21 / {root} rw,nosuid - proc proc {options}\n")
+            f"22 1 0:21 / {root} rw,nosuid - proc proc {options}\n"
+        )
 
     def process(self, pid, namespace, inner, state, start):
         path = self.root / pid
@@ -86,10 +98,13 @@ class FakeHost(Host):
 def host_view(tmp_path):
     """From the host's namespace: the host's pid 10 (this command), and a container's glance-api
     worker, pid 1 in its namespace and 4321 here."""
-    fake = FakeProc(tmp_path / "proc", {
-        "10": (INITIAL_PID_NAMESPACE, 10, "R", 1),
-        "4321": (CONTAINER_NS, 1, "S", START),
-    })
+    fake = FakeProc(
+        tmp_path / "proc",
+        {
+            "10": (INITIAL_PID_NAMESPACE, 10, "R", 1),
+            "4321": (CONTAINER_NS, 1, "S", START),
+        },
+    )
     return FakeHost(fake)
 
 
@@ -120,8 +135,9 @@ def test_from_inside_another_container_an_unknown_namespace_is_unseen(tmp_path):
 
 
 def test_in_its_own_namespace_the_pid_decides(tmp_path):
-    fake = FakeProc(tmp_path / "proc", {"1": (CONTAINER_NS, 1, "S", START),
-                                        "10": (CONTAINER_NS, 10, "R", 1)})
+    fake = FakeProc(
+        tmp_path / "proc", {"1": (CONTAINER_NS, 1, "S", START), "10": (CONTAINER_NS, 10, "R", 1)}
+    )
     host = FakeHost(fake)
     assert look(mark_fields(), host)[0] is Sight.RUNS
     assert look(mark_fields(pid=77), host)[0] is Sight.GONE
@@ -131,8 +147,9 @@ def test_what_cannot_be_proved_is_unseen(tmp_path, host_view):
     assert look(mark_fields(host="other"), host_view)[0] is Sight.UNSEEN
     assert look(mark_fields(boot_id="another-boot"), host_view)[0] is Sight.UNSEEN
     assert look(mark_fields(pid_ns=None), host_view)[0] is Sight.UNSEEN  # an older mark
-    hidden = FakeProc(tmp_path / "hidden", {"10": (INITIAL_PID_NAMESPACE, 10, "R", 1)},
-                      hidepid=True)
+    hidden = FakeProc(
+        tmp_path / "hidden", {"10": (INITIAL_PID_NAMESPACE, 10, "R", 1)}, hidepid=True
+    )
     seen, why = look(mark_fields(pid_ns=CONTAINER_NS + 7), FakeHost(hidden, root_user=False))
     assert seen is Sight.UNSEEN and "hides" in why
     # /proc of another namespace (unshare --pid without a /proc of its own).
@@ -144,8 +161,12 @@ def test_what_cannot_be_proved_is_unseen(tmp_path, host_view):
 def test_this_process_is_seen_as_running():
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     start = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-    fields = mark_fields(pid=os.getpid(), pid_ns=os.stat("/proc/self/ns/pid").st_ino,
-                         boot_id=boot, process_start=start)
+    fields = mark_fields(
+        pid=os.getpid(),
+        pid_ns=os.stat("/proc/self/ns/pid").st_ino,
+        boot_id=boot,
+        process_start=start,
+    )
     host = Host(hostname=lambda: "vm")
     assert look(fields, host)[0] is Sight.RUNS
 
@@ -157,8 +178,14 @@ WATCH = {"id": 4242, "addr": "10.0.0.1:0/99", "cookie": 1}
 HOUR = 3600
 
 
-def verdict(mark=None, header=HEADER, watchers=(), sight=(Sight.UNSEEN, "unseen"),
-            now=1000.0 + 60, limit=HOUR):
+def verdict(
+    mark=None,
+    header=HEADER,
+    watchers=(),
+    sight=(Sight.UNSEEN, "unseen"),
+    now=1000.0 + 60,
+    limit=HOUR,
+):
     return leftovers.judge(mark or mark_of(), header, list(watchers), sight, now, limit)
 
 
@@ -198,16 +225,23 @@ def test_finished_clones_missing_and_renamed_images_are_never_partial():
 
 # -- marks as read ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key, value, problem", [
-    (b"img", b"{not json", "not JSON"),
-    (b"img", b"[1, 2]", "a JSON list, not an object"),
-    (b"\xff\xfeimg", json.dumps(mark_fields()).encode(), "key is not UTF-8"),
-    (b"im\x1b[2Jg", json.dumps(mark_fields()).encode(), "key holds control characters"),
-    (b"img", json.dumps(mark_fields(host="vm\r\nFAKE LOG LINE")).encode(),
-     "'host' holds control characters"),
-    (b"img", json.dumps(mark_fields(pid="1")).encode(), "'pid' is not a int"),
-    (b"img", json.dumps({"host": "vm"}).encode(), "has no 'boot_id'"),
-])
+
+@pytest.mark.parametrize(
+    "key, value, problem",
+    [
+        (b"img", b"{not json", "not JSON"),
+        (b"img", b"[1, 2]", "a JSON list, not an object"),
+        (b"\xff\xfeimg", json.dumps(mark_fields()).encode(), "key is not UTF-8"),
+        (b"im\x1b[2Jg", json.dumps(mark_fields()).encode(), "key holds control characters"),
+        (
+            b"img",
+            json.dumps(mark_fields(host="vm\r\nFAKE LOG LINE")).encode(),
+            "'host' holds control characters",
+        ),
+        (b"img", json.dumps(mark_fields(pid="1")).encode(), "'pid' is not a int"),
+        (b"img", json.dumps({"host": "vm"}).encode(), "has no 'boot_id'"),
+    ],
+)
 def test_a_malformed_mark_is_unreadable_and_printable(key, value, problem):
     mark = index.parse(key, value)
     assert mark.fields is None and problem in mark.problem

@@ -25,39 +25,39 @@ from glance_store import exceptions
 import glance_rbd_native
 from glance_rbd_native import leftovers
 from glance_rbd_native._native import RbdWriter
+from tests.harness import command
+from tests.harness.command import OWN_PID_NAMESPACE
 from tests.harness.data import MiB, data_of, expected_result, new_name
-from tests.harness.held_upload import CHECKOUT, Held
-from tests.harness.stores import SNAP, make_store
+from tests.harness.held_upload import Held
+from tests.harness.stores import SNAP, glance_api_conf, make_store
 from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
+
 def cli(conf_file, *args, check=True):
-    """`python -m glance_rbd_native --config-file CONF ARGS...`: (exit status, stdout, stderr)."""
-    done = subprocess.run([sys.executable, "-m", "glance_rbd_native", "--config-file",
-                           str(conf_file), *args], capture_output=True, text=True, timeout=120)
-    if check:
-        assert done.returncode == 0, done.stderr
+    """`glance-rbd-native ARGS --config-file CONF`: (exit status, stdout, stderr)."""
+    done = command.run(conf_file, *args, check=check)
     return done.returncode, done.stdout, done.stderr
 
 
 def status(conf_file):
-    _, out, _ = cli(conf_file, "status", "--format", "json")
-    return {u["image"]: u for u in json.loads(out)[0]["uploads"]}
+    return {u["image"]: u for u in command.report(conf_file, "status")["uploads"]}
 
 
 def sweep(conf_file, *args):
-    _, out, _ = cli(conf_file, "sweep", "--format", "json", *args)
-    return json.loads(out)[0]
+    return command.report(conf_file, "sweep", *args)
 
 
 # -- the mark --------------------------------------------------------------------------------
 
+
 def test_an_upload_is_marked_from_its_first_byte_until_its_snapshot(cluster, clean_pool):
     name = new_name("marked")
     client, ioctx = clean_pool.client, clean_pool.ioctx
-    writer = RbdWriter(cluster.pool, name, 0, conffile=str(cluster.conf_path),
-                       user="admin", snapshot=SNAP)
+    writer = RbdWriter(
+        cluster.pool, name, 0, conffile=str(cluster.conf_path), user="admin", snapshot=SNAP
+    )
     mark = leftovers.marks(ioctx)[name]
     assert mark.get("pid") == os.getpid() and mark.get("bytes") == 0 and mark.get("size") == 0
     assert abs(mark.get("started") - time.time()) < 30
@@ -74,8 +74,9 @@ def test_an_upload_is_marked_from_its_first_byte_until_its_snapshot(cluster, cle
     clean_pool.remove(name)
 
     aborted = new_name("aborted")
-    writer = RbdWriter(cluster.pool, aborted, 4 * MiB, conffile=str(cluster.conf_path),
-                       user="admin", snapshot=SNAP)
+    writer = RbdWriter(
+        cluster.pool, aborted, 4 * MiB, conffile=str(cluster.conf_path), user="admin", snapshot=SNAP
+    )
     assert aborted in leftovers.marks(ioctx)
     writer.write(data_of(MiB))
     writer.abort()
@@ -86,8 +87,9 @@ def test_the_mark_carries_the_bytes_stored(cluster, clean_pool):
     """Refreshed every 5 s at most, from the writes that completed."""
     name = new_name("refreshed")
     ioctx = clean_pool.ioctx
-    writer = RbdWriter(cluster.pool, name, 0, conffile=str(cluster.conf_path),
-                       user="admin", snapshot=SNAP)
+    writer = RbdWriter(
+        cluster.pool, name, 0, conffile=str(cluster.conf_path), user="admin", snapshot=SNAP
+    )
     try:
         for _ in range(4):
             writer.write(data_of(MiB))
@@ -102,8 +104,8 @@ def test_the_mark_carries_the_bytes_stored(cluster, clean_pool):
 
 # -- a killed upload -------------------------------------------------------------------------
 
-def test_a_killed_upload_is_listed_swept_and_stored_again(cluster, clean_pool, conf_file,
-                                                         caplog):
+
+def test_a_killed_upload_is_listed_swept_and_stored_again(cluster, clean_pool, conf_file, caplog):
     name = new_name("killed")
     held = Held(cluster, name)
     listed = status(conf_file)
@@ -124,8 +126,7 @@ def test_a_killed_upload_is_listed_swept_and_stored_again(cluster, clean_pool, c
     glance_rbd_native.patch()
     data = data_of(3 * MiB)
     with caplog.at_level(logging.WARNING, logger="glance_rbd_native"):
-        result = make_store(cluster, chunk_mib=1).add(name, io.BytesIO(data), len(data),
-                                                      "sha512")
+        result = make_store(cluster, chunk_mib=1).add(name, io.BytesIO(data), len(data), "sha512")
     stored_after = time.monotonic() - killed
     assert result[1:4] == expected_result(data)
     assert clean_pool.read(name) == data
@@ -133,13 +134,14 @@ def test_a_killed_upload_is_listed_swept_and_stored_again(cluster, clean_pool, c
     assert warning and f"pid {held.pid} on" in warning[0], caplog.text
     ioctx = clean_pool.ioctx
     assert name not in leftovers.marks(ioctx)
-    print(f"\nkilled upload: listed by sweep {listed_after:.1f} s after the kill, "
-          f"stored again {stored_after:.1f} s after it")
+    print(
+        f"\nkilled upload: listed by sweep {listed_after:.1f} s after the kill, "
+        f"stored again {stored_after:.1f} s after it"
+    )
     clean_pool.remove(name)
 
 
-def test_without_its_process_in_view_the_watch_and_the_mark_decide(cluster, clean_pool,
-                                                                   conf_file):
+def test_without_its_process_in_view_the_watch_and_the_mark_decide(cluster, clean_pool, conf_file):
     """A writer on another host: alive while it watches; then kept until it has been silent
     for `--presume-gone-after`; then fenced, and removed."""
     name = new_name("elsewhere")
@@ -208,9 +210,17 @@ def test_sweep_removes_only_the_leftover(cluster, clean_pool, conf_file):
         code, _, err = cli(conf_file, "sweep", "--include-unmarked", check=False)
         assert code == 2 and "--older-than" in err
         assert sweep(conf_file, "--include-unmarked", "--older-than", "1h")["unmarked"] == []
-        wait_for(lambda: stock_left in {u["image"] for u in sweep(
-            conf_file, "--include-unmarked", "--older-than", "1")["unmarked"]},
-            60, "stock's leftover without a watcher")
+        wait_for(
+            lambda: (
+                stock_left
+                in {
+                    u["image"]
+                    for u in sweep(conf_file, "--include-unmarked", "--older-than", "1")["unmarked"]
+                }
+            ),
+            60,
+            "stock's leftover without a watcher",
+        )
         listing = sweep(conf_file, "--include-unmarked", "--older-than", "1")
         unmarked = {u["image"] for u in listing["unmarked"]}
         # Only names that are glance's image ids: not the image made by `rbd create`.
@@ -227,6 +237,7 @@ def test_sweep_removes_only_the_leftover(cluster, clean_pool, conf_file):
 
 
 # -- races -----------------------------------------------------------------------------------
+
 
 def test_a_sweep_while_the_writer_finishes_leaves_it(cluster, clean_pool, conf_file):
     held = Held(cluster, new_name("finishing"))
@@ -272,8 +283,7 @@ def test_an_invalid_upload_stays_invalid_while_sweeps_look(cluster, clean_pool, 
             name = new_name(f"short-{attempt}")
             data = data_of(24 * MiB, seed=attempt)
             with pytest.raises(exceptions.Invalid, match="Size mismatch"):
-                make_store(cluster, chunk_mib=1).add(name, io.BytesIO(data), 32 * MiB,
-                                                     "sha512")
+                make_store(cluster, chunk_mib=1).add(name, io.BytesIO(data), 32 * MiB, "sha512")
             assert name not in clean_pool.names()
     finally:
         stop.set()
@@ -285,16 +295,33 @@ def test_an_invalid_upload_stays_invalid_while_sweeps_look(cluster, clean_pool, 
 def test_two_sweeps_at_once_remove_the_leftover_once(cluster, clean_pool, conf_file):
     name = new_name("twice")
     Held(cluster, name).kill()
-    runs = [subprocess.Popen([sys.executable, "-m", "glance_rbd_native", "--config-file",
-                              str(conf_file), "sweep", "--remove", "--format", "json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for _ in range(2)]
+    runs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "glance_rbd_native",
+                "--config-file",
+                str(conf_file),
+                "sweep",
+                "--remove",
+                "--format",
+                "json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     results = [run.communicate(timeout=120) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], results
-    outcomes = sorted(u.get("outcome") for out, _ in results
-                      for u in json.loads(out)[0]["gone"])
-    assert "removed" in outcomes and set(outcomes) <= {"removed", "already removed",
-                                                       "left: its mark changed since it was judged"}
+    outcomes = sorted(u.get("outcome") for out, _ in results for u in json.loads(out)[0]["gone"])
+    assert "removed" in outcomes and set(outcomes) <= {
+        "removed",
+        "already removed",
+        "left: its mark changed since it was judged",
+    }
     assert name not in clean_pool.names()
     ioctx = clean_pool.ioctx
     assert name not in leftovers.marks(ioctx)
@@ -337,7 +364,8 @@ def test_a_removal_beside_another_client_waits_for_its_watch(cluster, clean_pool
 
 
 def test_a_removal_judged_before_the_name_went_to_a_new_upload_leaves_the_new_one(
-        cluster, clean_pool):
+    cluster, clean_pool
+):
     """The sweep judges a killed upload gone; meanwhile the leftover goes (another sweep) and
     glance's retry of the same image ID starts a new upload under the name. The first sweep's
     removal then finds the mark changed, and leaves the new upload, which finishes."""
@@ -378,8 +406,9 @@ def test_the_janitor_leaves_a_new_image_that_took_the_name(cluster, clean_pool, 
     the new image stays, and it says so."""
     caplog.set_level(logging.INFO, logger="glance_rbd_native")
     name = new_name("janitor")
-    writer = RbdWriter(cluster.pool, name, 0, conffile=str(cluster.conf_path), user="admin",
-                       snapshot=SNAP)
+    writer = RbdWriter(
+        cluster.pool, name, 0, conffile=str(cluster.conf_path), user="admin", snapshot=SNAP
+    )
     writer.write(data_of(MiB))
     with rbd.Image(clean_pool.ioctx, name):  # a watch: the writer's removal is refused
         with pytest.raises(glance_rbd_native.RbdError):
@@ -388,9 +417,17 @@ def test_the_janitor_leaves_a_new_image_that_took_the_name(cluster, clean_pool, 
     clean_pool.create(name, 8 * MiB)
     clean_pool.write(name, b"new")
     said = "is already gone: the name is another image's now, left alone"
-    wait_for(lambda: (RbdWriter(cluster.pool, new_name(), conffile=str(cluster.conf_path),
-                                user="admin").abort() or said in caplog.text), 60,
-             "the janitor tried again", every=2)
+    wait_for(
+        lambda: (
+            RbdWriter(
+                cluster.pool, new_name(), conffile=str(cluster.conf_path), user="admin"
+            ).abort()
+            or said in caplog.text
+        ),
+        60,
+        "the janitor tried again",
+        every=2,
+    )
     with rbd.Image(clean_pool.ioctx, name) as image:
         assert image.size() == 8 * MiB and image.read(0, 3) == b"new"
     clean_pool.remove(name)
@@ -398,19 +435,17 @@ def test_the_janitor_leaves_a_new_image_that_took_the_name(cluster, clean_pool, 
 
 # -- glance's documented user, and what the command refuses ---------------------------------
 
+
 def test_glance_documented_user_marks_lists_and_sweeps(cluster, clean_pool, tmp_path):
     """`mon 'profile rbd'`, `osd 'profile rbd pool=images'`, `mgr 'profile rbd pool=images'`:
     the mark, the status, the removal (and the blocklisting of a dead writer's client)."""
-    conf = cluster.user("glance", mon="profile rbd", osd=f"profile rbd pool={cluster.pool}",
-                        mgr=f"profile rbd pool={cluster.pool}")
-    glance_conf = tmp_path / "glance-api.conf"
-    glance_conf.write_text(f"""[glance_store]
-stores = rbd
-default_store = rbd
-rbd_store_pool = {cluster.pool}
-rbd_store_user = glance
-rbd_store_ceph_conf = {conf}
-""")
+    conf = cluster.user(
+        "glance",
+        mon="profile rbd",
+        osd=f"profile rbd pool={cluster.pool}",
+        mgr=f"profile rbd pool={cluster.pool}",
+    )
+    glance_conf = glance_api_conf(tmp_path / "glance-api.conf", cluster.pool, "glance", conf)
     name = new_name("glance-user")
     held = Held(cluster, name, conf=conf, user="glance")
     assert status(glance_conf)[name]["state"] == "alive"
@@ -434,19 +469,27 @@ def test_the_command_says_what_is_wrong(cluster, tmp_path, conf_file):
 
     other = cluster.user("elsewhere", mon="profile rbd", osd="profile rbd pool=another")
     denied = tmp_path / "denied.conf"
-    denied.write_text(conf_file.read_text().replace("rbd_store_user = admin",
-                                                    "rbd_store_user = elsewhere").replace(
-        f"rbd_store_ceph_conf = {cluster.conf_path}", f"rbd_store_ceph_conf = {other}"))
+    denied.write_text(
+        conf_file.read_text()
+        .replace("rbd_store_user = admin", "rbd_store_user = elsewhere")
+        .replace(f"rbd_store_ceph_conf = {cluster.conf_path}", f"rbd_store_ceph_conf = {other}")
+    )
     code, _, err = cli(denied, "status", check=False)
     assert code == 1 and "refused client.elsewhere" in err and "profile rbd" in err, err
 
     unreachable = tmp_path / "unreachable.conf"
     ceph_conf = tmp_path / "ceph.conf"
-    ceph_conf.write_text(cluster.conf_path.read_text().replace(
-        f"mon host = v2:127.0.0.1:{cluster.port}", "mon host = v2:127.0.0.1:9"))
-    unreachable.write_text(conf_file.read_text().replace(
-        f"rbd_store_ceph_conf = {cluster.conf_path}",
-        f"rbd_store_ceph_conf = {ceph_conf}\nrados_connect_timeout = 3"))
+    ceph_conf.write_text(
+        cluster.conf_path.read_text().replace(
+            f"mon host = v2:127.0.0.1:{cluster.port}", "mon host = v2:127.0.0.1:9"
+        )
+    )
+    unreachable.write_text(
+        conf_file.read_text().replace(
+            f"rbd_store_ceph_conf = {cluster.conf_path}",
+            f"rbd_store_ceph_conf = {ceph_conf}\nrados_connect_timeout = 3",
+        )
+    )
     code, _, err = cli(unreachable, "status", check=False)
     assert code == 1 and "cannot connect" in err, err
 
@@ -473,6 +516,7 @@ def test_a_leftover_whose_writer_may_live_stays_a_duplicate(cluster, clean_pool)
 
 def remove_when_free(images, names, timeout=60):
     """Removes `names`, waiting for the watches of killed writers to expire."""
+
     def removed():
         for image in names:
             with contextlib.suppress(rbd.ImageNotFound, rbd.ImageBusy):
@@ -494,26 +538,10 @@ def drop_mark(ioctx, name):
 
 # -- writers in containers, frozen writers ----------------------------------------------------
 
-def in_namespace_of(pid, *argv):
-    """`argv` run inside the pid and mount namespaces of process `pid` (its /proc)."""
-    return ["nsenter", "--target", str(pid), "--pid", "--mount", *argv]
 
-
-def in_new_namespace(*argv):
-    """`argv` run in a pid namespace of its own, which sees no other container's processes."""
-    return ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *argv]
-
-
-def command(conf_file, *args, wrap=lambda *argv: list(argv)):
-    done = subprocess.run(wrap(sys.executable, "-m", "glance_rbd_native", *args,
-                               "--config-file", str(conf_file), "--format", "json"),
-                          capture_output=True, text=True, timeout=120, cwd=CHECKOUT)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)[0]
-
-
-def test_a_writer_in_a_pid_namespace_of_its_own_is_kept_and_finishes(cluster, clean_pool,
-                                                                     conf_file):
+def test_a_writer_in_a_pid_namespace_of_its_own_is_kept_and_finishes(
+    cluster, clean_pool, conf_file
+):
     """As kolla runs glance-api: the host's network and hostname, its own pids (pid 1 there).
     Judged from the host, from inside its namespace, and from another namespace: alive, kept,
     and it finishes."""
@@ -521,14 +549,16 @@ def test_a_writer_in_a_pid_namespace_of_its_own_is_kept_and_finishes(cluster, cl
     name = held.image
     mark = leftovers.marks(clean_pool.ioctx)[name]
     assert mark.get("pid") == 1 and mark.get("pid_ns") != os.stat("/proc/self/ns/pid").st_ino
-    inside = lambda *argv: in_namespace_of(held.pid, *argv)  # noqa: E731
-    for where, wrap in (("the host", lambda *argv: list(argv)), ("its namespace", inside),
-                        ("another namespace", in_new_namespace)):
-        listed = {u["image"]: u for u in command(conf_file, "status", wrap=wrap)["uploads"]}
+    for where, wrap in (
+        ("the host", ()),
+        ("its namespace", command.in_namespace_of(held.pid)),
+        ("another namespace", OWN_PID_NAMESPACE),
+    ):
+        listed = {u["image"]: u for u in command.report(conf_file, "status", wrap=wrap)["uploads"]}
         assert listed[name]["state"] == "alive", (where, listed[name])
-        removed = command(conf_file, "sweep", "--remove", wrap=wrap)
+        removed = command.report(conf_file, "sweep", "--remove", wrap=wrap)
         assert removed["gone"] == [], (where, removed)
-    reasons = {u["image"]: u["reason"] for u in command(conf_file, "status")["uploads"]}
+    reasons = {u["image"]: u["reason"] for u in command.report(conf_file, "status")["uploads"]}
     assert f"pid {held.pid} here" in reasons[name]
     held.finish()
     assert clean_pool.read(name) == data_of(16 * MiB, seed=len(name))
@@ -542,8 +572,7 @@ def test_a_frozen_writer_is_kept_and_finishes(cluster, clean_pool, conf_file):
     name = held.image
     held.freeze()
     try:
-        wait_for(lambda: not clean_pool.watchers(name), 90, "the frozen writer's watch "
-                 "expired")
+        wait_for(lambda: not clean_pool.watchers(name), 90, "the frozen writer's watch expired")
         listed = status(conf_file)[name]
         assert listed["state"] == "alive" and "stopped" in listed["reason"], listed
         assert "without a watch" in listed["reason"]
@@ -561,32 +590,53 @@ def test_a_frozen_writer_is_kept_and_finishes(cluster, clean_pool, conf_file):
 MALFORMED = {
     "not-json": b"{not json",
     "not-an-object": b"[1, 2]",
-    "control": json.dumps({"host": "vm\x1b[2J\r\nFAKE", "boot_id": "b", "pid": 1,
-                           "process_start": 1, "started": 1.0, "updated": 1.0,
-                           "bytes": 0}).encode(),
+    "control": json.dumps(
+        {
+            "host": "vm\x1b[2J\r\nFAKE",
+            "boot_id": "b",
+            "pid": 1,
+            "process_start": 1,
+            "started": 1.0,
+            "updated": 1.0,
+            "bytes": 0,
+        }
+    ).encode(),
 }
 
 
-def test_malformed_marks_are_listed_unreadable_and_never_printed_raw(cluster, clean_pool,
-                                                                     conf_file, caplog):
+def test_malformed_marks_are_listed_unreadable_and_never_printed_raw(
+    cluster, clean_pool, conf_file, caplog
+):
     ioctx = clean_pool.ioctx
     names = {kind: new_name(kind) for kind in MALFORMED}
     for kind, value in MALFORMED.items():
         write_mark(ioctx, names[kind], value)
     # A key that is not UTF-8: only the C API (here the `rados` program) writes one.
     bad_key = b"\xff\xfe" + new_name("key").encode()
-    subprocess.run([b"rados", b"-c", str(cluster.conf_path).encode(), b"-p",
-                    cluster.pool.encode(), b"setomapval", leftovers.INDEX.encode(), bad_key,
-                    b"{}"], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            b"rados",
+            b"-c",
+            str(cluster.conf_path).encode(),
+            b"-p",
+            cluster.pool.encode(),
+            b"setomapval",
+            leftovers.INDEX.encode(),
+            bad_key,
+            b"{}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     control_key = new_name("key\x1b[2J")
     write_mark(ioctx, control_key, b"{}")
     try:
-        for args, said in ((("status",), "mark UNREADABLE"),
-                           (("sweep", "--remove"), "kept: an unreadable mark")):
-            done = subprocess.run([sys.executable, "-m", "glance_rbd_native", *args,
-                                   "--config-file", str(conf_file)],
-                                  capture_output=True, text=True, timeout=120)
-            assert done.returncode == 0, done.stderr
+        for args, said in (
+            (("status",), "mark UNREADABLE"),
+            (("sweep", "--remove"), "kept: an unreadable mark"),
+        ):
+            done = command.run(conf_file, *args)
             assert "\x1b" not in done.stdout and "\r" not in done.stdout, done.stdout
             for name in names.values():
                 assert f"/{name}  {said}" in done.stdout, done.stdout
@@ -600,23 +650,28 @@ def test_malformed_marks_are_listed_unreadable_and_never_printed_raw(cluster, cl
     finally:
         for name in [*names.values(), control_key]:
             drop_mark(ioctx, name)
-        subprocess.run([b"rados", b"-c", str(cluster.conf_path).encode(), b"-p",
-                        cluster.pool.encode(), b"rmomapkey", leftovers.INDEX.encode(), bad_key],
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                b"rados",
+                b"-c",
+                str(cluster.conf_path).encode(),
+                b"-p",
+                cluster.pool.encode(),
+                b"rmomapkey",
+                leftovers.INDEX.encode(),
+                bad_key,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
 
 
 def test_a_refused_fence_keeps_that_image_and_names_the_cap(cluster, clean_pool, tmp_path):
     """With the legacy `mon 'allow r'`, fencing is refused: that image is kept, the output
     names the cap, and the other images are still handled."""
     conf = cluster.user("legacy", mon="allow r", osd=f"allow rwx pool={cluster.pool}")
-    glance_conf = tmp_path / "glance-api.conf"
-    glance_conf.write_text(f"""[glance_store]
-stores = rbd
-default_store = rbd
-rbd_store_pool = {cluster.pool}
-rbd_store_user = legacy
-rbd_store_ceph_conf = {conf}
-""")
+    glance_conf = glance_api_conf(tmp_path / "glance-api.conf", cluster.pool, "legacy", conf)
     elsewhere, here = new_name("elsewhere"), new_name("here")
     Held(cluster, elsewhere).kill()
     Held(cluster, here).kill()
@@ -625,39 +680,65 @@ rbd_store_ceph_conf = {conf}
     write_mark(ioctx, elsewhere, json.dumps(fields))
     # Both watches gone: with `here`'s still there, the sweep would cut it (a fence too, refused
     # alike) before librbd is asked for the lock.
-    wait_for(lambda: not clean_pool.watchers(elsewhere) and not clean_pool.watchers(here), 60,
-             "the killed writers' watches expired")
+    wait_for(
+        lambda: not clean_pool.watchers(elsewhere) and not clean_pool.watchers(here),
+        60,
+        "the killed writers' watches expired",
+    )
     result = sweep(glance_conf, "--remove", "--presume-gone-after", "1")
     outcomes = {u["image"]: u["outcome"] for u in result["gone"]}
     # Each image is handled, and each says the cap it misses: fencing the writer presumed gone,
     # and breaking the exclusive lock of the dead one (librbd blocklists its owner).
-    assert outcomes[elsewhere].startswith("left: fencing its writer's client") and \
-        "profile rbd" in outcomes[elsewhere], outcomes
-    assert outcomes[here].startswith("left: librbd could not take its exclusive lock") and \
-        "profile rbd" in outcomes[here], outcomes
+    assert (
+        outcomes[elsewhere].startswith("left: fencing its writer's client")
+        and "profile rbd" in outcomes[elsewhere]
+    ), outcomes
+    assert (
+        outcomes[here].startswith("left: librbd could not take its exclusive lock")
+        and "profile rbd" in outcomes[here]
+    ), outcomes
     assert {elsewhere, here} <= clean_pool.names()
     remove_when_free(clean_pool, (elsewhere, here))
 
 
 def test_options_go_before_or_after_the_command(conf_file):
-    for argv in (["--config-file", str(conf_file), "status"],
-                 ["status", "--config-file", str(conf_file)],
-                 ["sweep", "--config-file", str(conf_file), "--backend", "glance_store"],
-                 ["--backend", "glance_store", "sweep", "--config-file", str(conf_file)]):
-        done = subprocess.run([sys.executable, "-m", "glance_rbd_native", *argv],
-                              capture_output=True, text=True, timeout=120)
+    for argv in (
+        ["--config-file", str(conf_file), "status"],
+        ["status", "--config-file", str(conf_file)],
+        ["sweep", "--config-file", str(conf_file), "--backend", "glance_store"],
+        ["--backend", "glance_store", "sweep", "--config-file", str(conf_file)],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "glance_rbd_native", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, (argv, done.stderr)
-    done = subprocess.run([sys.executable, "-m", "glance_rbd_native", "sweep", "IMAGE",
-                           "--config-file", str(conf_file)], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glance_rbd_native",
+            "sweep",
+            "IMAGE",
+            "--config-file",
+            str(conf_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "--include-unmarked --remove" in done.stderr
 
 
 def test_the_command_is_installed_with_the_package():
     """The console script of the wheel, and `python -m glance_rbd_native`."""
     script = os.path.join(os.path.dirname(sys.executable), "glance-rbd-native")
-    for argv in ([script, "--help"], [sys.executable, "-m", "glance_rbd_native", "sweep",
-                                      "--help"]):
+    for argv in (
+        [script, "--help"],
+        [sys.executable, "-m", "glance_rbd_native", "sweep", "--help"],
+    ):
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert "sweep" in done.stdout

@@ -71,22 +71,45 @@ class Runs:
     def __init__(self, cluster, pool):
         self.cluster, self.pool = cluster, pool
         # {MiB: (image, md5)}, stored once as glance stores an image.
-        self.sources = {mib: (f"source-{mib}", create_image(pool, f"source-{mib}", mib * MiB,
-                                                            seed=mib))
-                        for mib in sorted(set(SIZE_MIB.values()))}
+        self.sources = {
+            mib: (f"source-{mib}", create_image(pool, f"source-{mib}", mib * MiB, seed=mib))
+            for mib in sorted(set(SIZE_MIB.values()))
+        }
 
     def run(self, driver, kind, transfers, allocator):
         """One run, checked right and cleaned up after; its JSON."""
         image, md5 = self.sources[SIZE_MIB[transfers]]
-        env = {key: value for key, value in os.environ.items()
-               if not key.startswith(("GLANCE_RBD_NATIVE", "MALLOC_"))}
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("GLANCE_RBD_NATIVE", "MALLOC_"))
+        }
         env.update(allocator)
-        cmd = [sys.executable, "-m", "benchmarks.many", "--conf", str(self.cluster.conf_path),
-               "--pool", POOL, "--driver", driver, "--kind", kind,
-               "--transfers", str(transfers), "--size-mib", str(SIZE_MIB[transfers]),
-               "--image", image, "--expect-md5", md5, "--watch-bound"]
-        out = subprocess.run(cmd, cwd=CHECKOUT, env=env, capture_output=True, text=True,
-                             timeout=600, check=False)
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.many",
+            "--conf",
+            str(self.cluster.conf_path),
+            "--pool",
+            POOL,
+            "--driver",
+            driver,
+            "--kind",
+            kind,
+            "--transfers",
+            str(transfers),
+            "--size-mib",
+            str(SIZE_MIB[transfers]),
+            "--image",
+            image,
+            "--expect-md5",
+            md5,
+            "--watch-bound",
+        ]
+        out = subprocess.run(
+            cmd, cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=600, check=False
+        )
         assert out.returncode == 0, out.stderr[-4000:]
         result = json.loads(out.stdout.splitlines()[-1])
         assert result["ok"], result["errors"]
@@ -106,12 +129,17 @@ def over(result, field):
 
 
 def figures(result):
-    return (f"{result['driver']} {result['seconds']:.2f}s, peak +{over(result, 'peak'):.0f}, "
-            f"kept +{over(result, 'kept'):.0f}, trimmed +{over(result, 'trimmed'):.0f} MiB")
+    return (
+        f"{result['driver']} {result['seconds']:.2f}s, peak +{over(result, 'peak'):.0f}, "
+        f"kept +{over(result, 'kept'):.0f}, trimmed +{over(result, 'trimmed'):.0f} MiB"
+    )
 
 
-CASES = [pytest.param(k, kind, marks=[pytest.mark.load] if k == 64 else [], id=f"{kind}-{k}")
-         for k in SIZE_MIB for kind in KINDS]
+CASES = [
+    pytest.param(k, kind, marks=[pytest.mark.load] if k == 64 else [], id=f"{kind}-{k}")
+    for k in SIZE_MIB
+    for kind in KINDS
+]
 
 
 @pytest.mark.alone
@@ -132,7 +160,8 @@ def test_native_holds_no_more_than_stock_plus_the_bound(runs, transfers, kind):
         problems.append(
             f"the process held {native['held_max_mib']:.0f} MiB, "
             f"{native['over_bound_max_mib']:.0f} more than the bound and one chunk per "
-            f"transfer")
+            f"transfer"
+        )
     if native["in_flight_after"] != {"bound": DEFAULT_MAX_IN_FLIGHT, "transfers": 0, "held": 0}:
         problems.append(f"in_flight() after the transfers: {native['in_flight_after']}")
     assert not problems, f"{'; '.join(problems)} ({figures(stock)}; {figures(native)})"
@@ -186,8 +215,10 @@ def readable(cluster, pool):
         pool.write(name, data)
         pool.snapshot(name)
         uri = f"rbd://{cluster.fsid}/{POOL}/{name}/{SNAP}"
-        yield (lambda store: location.Location("rbd", rbd_driver.StoreLocation, store.conf,
-                                               uri=uri)), data
+        yield (
+            (lambda store: location.Location("rbd", rbd_driver.StoreLocation, store.conf, uri=uri)),
+            data,
+        )
     finally:
         pool.remove(name)
 
@@ -216,8 +247,7 @@ def test_in_flight_counts_transfers_and_their_bytes_then_back_to_zero(pool, boun
     added, received, threads = {}, [], []
 
     def upload(name, data, store):
-        added[name] = store.add(name, PausedAfterFirstChunk(data, paused, go), len(data),
-                                "sha512")
+        added[name] = store.add(name, PausedAfterFirstChunk(data, paused, go), len(data), "sha512")
 
     def download(chunks):
         parts = iter(chunks)
@@ -231,8 +261,10 @@ def test_in_flight_counts_transfers_and_their_bytes_then_back_to_zero(pool, boun
             # Stores made here: the first Stores of a process, made in threads at once, import
             # glance_store's drivers at once, after which one thread may never join (either
             # driver).
-            threads += [threading.Thread(target=upload, args=(name, data, bounded()))
-                        for name, data in uploads.items()]
+            threads += [
+                threading.Thread(target=upload, args=(name, data, bounded()))
+                for name, data in uploads.items()
+            ]
             for thread in threads:
                 thread.start()
             for _ in threads:
@@ -264,8 +296,7 @@ def test_in_flight_counts_transfers_and_their_bytes_then_back_to_zero(pool, boun
             pool.remove(name)
 
 
-def test_transfers_started_one_after_another_hold_the_bound_and_a_chunk_each(bounded,
-                                                                             readable):
+def test_transfers_started_one_after_another_hold_the_bound_and_a_chunk_each(bounded, readable):
     """Four downloads started one after the other, each consumed up to its first chunk: the
     first read ahead the whole bound while alone, and each later one its share of the moment.
     Each transfer may always hold one chunk, so the process may hold the bound and one chunk

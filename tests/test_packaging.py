@@ -11,23 +11,29 @@ import subprocess
 import sys
 import tarfile
 import textwrap
-import tomllib
 import zipfile
 
 import pytest
 
 import glance_rbd_native
+from tests.harness.venvs import cargo_version
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAME = "glance_rbd_native"
 # What must never ship: build outputs, the tests' and tools' caches, a developer's built module.
-UNWANTED = {"target", "__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache",
-            ".venv", ".venv-matrix", ".cluster", ".bench", ".git"}
-
-
-def cargo_version():
-    with open(ROOT / "Cargo.toml", "rb") as stream:
-        return tomllib.load(stream)["package"]["version"]
+UNWANTED = {
+    "target",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    ".ruff_cache",
+    ".mypy_cache",
+    ".venv",
+    ".venv-matrix",
+    ".cluster",
+    ".bench",
+    ".git",
+}
 
 
 def metadata_of(text):
@@ -45,8 +51,9 @@ def test_version_does_not_load_the_native_module():
         print(glance_rbd_native.__version__)
         print("glance_rbd_native._native" in sys.modules)
     """)
-    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
-                         text=True, timeout=60).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True, timeout=60
+    ).stdout.split()
     assert out == [cargo_version(), "False"]
 
 
@@ -59,8 +66,13 @@ def test_package_reexports_every_public_native_name():
 @pytest.fixture(scope="module")
 def sdist(tmp_path_factory):
     out = tmp_path_factory.mktemp("sdist")
-    subprocess.run([sys.executable, "-m", "maturin", "sdist", "-o", str(out)], cwd=ROOT,
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "maturin", "sdist", "-o", str(out)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     [path] = out.glob("*.tar.gz")
     return path
 
@@ -70,8 +82,12 @@ def wheel(sdist, tmp_path_factory):
     """The release wheel pip builds from the sdist, in isolation: with the maturin that
     pyproject's build-system asks for, on a host with the Ceph and OpenSSL -dev packages."""
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
-                    str(sdist)], check=True, capture_output=True, timeout=3600)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(sdist)],
+        check=True,
+        capture_output=True,
+        timeout=3600,
+    )
     [path] = out.glob("*.whl")
     return path
 
@@ -84,10 +100,18 @@ def test_sdist_holds_what_a_build_needs(sdist):
     with tarfile.open(sdist) as archive:
         names = {name.removeprefix(f"{top}/") for name in archive.getnames()}
         pkg_info = archive.extractfile(f"{top}/PKG-INFO").read().decode()
-    for needed in ("Cargo.toml", "Cargo.lock", "src/lib.rs", "pyproject.toml", "LICENSE",
-                   "README.md", "glance_rbd_native_switch.pth",
-                   "python/glance_rbd_native/__init__.py", "python/glance_rbd_native/_native.pyi",
-                   "python/glance_rbd_native/py.typed"):
+    for needed in (
+        "Cargo.toml",
+        "Cargo.lock",
+        "src/lib.rs",
+        "pyproject.toml",
+        "LICENSE",
+        "README.md",
+        "glance_rbd_native_switch.pth",
+        "python/glance_rbd_native/__init__.py",
+        "python/glance_rbd_native/_native.pyi",
+        "python/glance_rbd_native/py.typed",
+    ):
         assert needed in names
     shipped = {part for name in names for part in pathlib.PurePosixPath(name).parts}
     assert not shipped & UNWANTED
@@ -108,8 +132,11 @@ def test_wheel_built_from_the_sdist(wheel):
     assert metadata.get_all("License-File") == ["LICENSE"]
     assert f"{dist_info}/licenses/LICENSE" in names
     assert "glance_rbd_native_switch.pth" in names
-    assert {"glance_rbd_native/_native.abi3.so", "glance_rbd_native/_native.pyi",
-            "glance_rbd_native/py.typed"} <= names
+    assert {
+        "glance_rbd_native/_native.abi3.so",
+        "glance_rbd_native/_native.pyi",
+        "glance_rbd_native/py.typed",
+    } <= names
 
 
 @pytest.mark.packaging
@@ -117,11 +144,26 @@ def test_installed_wheel_reports_cargos_version(wheel, tmp_path):
     """Installed into a bare virtualenv: metadata and ``__version__`` agree with Cargo.toml,
     and the start-up switch lands in site-packages."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
     python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                    "--no-deps", str(wheel)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     probe = textwrap.dedent("""
         import pathlib, sysconfig
         from importlib import metadata
@@ -130,6 +172,7 @@ def test_installed_wheel_reports_cargos_version(wheel, tmp_path):
         print((pathlib.Path(sysconfig.get_path("purelib")) / "glance_rbd_native_switch.pth")
               .is_file())
     """)
-    out = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True,
-                         timeout=60).stdout.split()
+    out = subprocess.run(
+        [str(python), "-c", probe], check=True, capture_output=True, text=True, timeout=60
+    ).stdout.split()
     assert out == [cargo_version(), cargo_version(), "True"]

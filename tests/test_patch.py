@@ -69,8 +69,14 @@ def test_environment_switch_patches_on_import(value, expected):
     env = {k: v for k, v in os.environ.items() if k != "GLANCE_RBD_NATIVE"}
     if value is not None:
         env["GLANCE_RBD_NATIVE"] = value
-    out = subprocess.run([sys.executable, "-c", SWITCH_PROBE], env=env, check=True,
-                         capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", SWITCH_PROBE],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert out.strip().splitlines()[-1] == expected
     assert ("native RBD writer is active" in out) == (expected == "patched")
 
@@ -82,8 +88,14 @@ def test_environment_switch_after_driver_import():
         import glance_rbd_native
         print(glance_rbd_native.is_patched())
     """)
-    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
-                         text=True, timeout=60, env={**os.environ, "GLANCE_RBD_NATIVE": "1"})
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "GLANCE_RBD_NATIVE": "1"},
+    )
     assert out.stdout.strip() == "True"
 
 
@@ -138,13 +150,35 @@ def test_a_host_without_ceph_libraries_keeps_the_stock_driver(tmp_path):
     imports as stock does there (without its rbd module), and the switch logs why it stays
     stock; the native names raise the loader's error when used."""
     assert glance_rbd_native.RbdWriter  # loads librbd here, to find where it lives
-    env = {**os.environ, "GLANCE_RBD_NATIVE": "1", "TMPDIR": str(tmp_path),
-           "LIBDIR": library_dir("librbd.so")}
+    env = {
+        **os.environ,
+        "GLANCE_RBD_NATIVE": "1",
+        "TMPDIR": str(tmp_path),
+        "LIBDIR": library_dir("librbd.so"),
+    }
     run = subprocess.run(
-        ["unshare", "--mount", "--propagation", propagation(), "--", "sh", "-c", WITHOUT_CEPH, "sh",
-         # glance_store 4.4-5.4 import eventlet, which warns that it is deprecated.
-         sys.executable, "-W", "ignore", "-c", NO_CEPH_PROBE],
-        env=env, capture_output=True, text=True, timeout=60)
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            propagation(),
+            "--",
+            "sh",
+            "-c",
+            WITHOUT_CEPH,
+            "sh",
+            # glance_store 4.4-5.4 import eventlet, which warns that it is deprecated.
+            sys.executable,
+            "-W",
+            "ignore",
+            "-c",
+            NO_CEPH_PROBE,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""  # in particular, no traceback from the .pth file
     missing = "librbd.so.1: cannot open shared object file: No such file or directory"

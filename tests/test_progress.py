@@ -25,6 +25,7 @@ import glance_rbd_native
 from glance_rbd_native import progress, settings
 from tests.harness.data import MiB, data_of, expected_result, new_name
 from tests.harness.stores import SNAP, make_store
+from tests.harness.waiting import exit_status, wait_for
 
 pytestmark = [
     pytest.mark.cluster,
@@ -40,9 +41,11 @@ LOGGER = "glance_rbd_native.progress"
 REPORTER = "glance-rbd-native-progress"
 SOURCE = "glance's image data (the client's request body, or an import's source)"
 CONSUMER = "the consumer of the download (the client has not taken the next chunk)"
-LINE = re.compile(r"(?P<kind>upload|download) of (?P<pool>[^/]+)/(?P<image>[^:]+): "
-                  r"(?P<bytes>[\d.]+ \w+)(?: of (?P<size>[\d.]+ \w+))? in (?P<elapsed>\d+) s "
-                  r"\((?P<rate>[\d.]+ [\w/]+)\)$")
+LINE = re.compile(
+    r"(?P<kind>upload|download) of (?P<pool>[^/]+)/(?P<image>[^:]+): "
+    r"(?P<bytes>[\d.]+ \w+)(?: of (?P<size>[\d.]+ \w+))? in (?P<elapsed>\d+) s "
+    r"\((?P<rate>[\d.]+ [\w/]+)\)$"
+)
 UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
@@ -62,8 +65,11 @@ def lines(caplog):
     caplog.set_level(logging.INFO, logger=LOGGER)
 
     def about(image, level=None):
-        return [r for r in caplog.records if r.name == LOGGER
-                and f"/{image}: " in r.getMessage() and level in (None, r.levelno)]
+        return [
+            r
+            for r in caplog.records
+            if r.name == LOGGER and f"/{image}: " in r.getMessage() and level in (None, r.levelno)
+        ]
 
     return about
 
@@ -88,7 +94,8 @@ def from_the_reporter(records):
     thread = progress._reporter.thread
     assert thread.daemon and thread.is_alive() and thread in threading.enumerate()
     assert {(r.process, r.thread, r.threadName) for r in records} == {
-        (os.getpid(), thread.ident, REPORTER)}
+        (os.getpid(), thread.ident, REPORTER)
+    }
 
 
 class Source:
@@ -126,15 +133,6 @@ def upload(cluster, images, source, data, name=None):
     assert result[1:4] == expected_result(data)
     assert images.read(name) == data
     return name
-
-
-def wait_until(predicate, timeout, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def test_a_slow_upload_gets_lines_with_growing_bytes(cluster, clean_pool, lines):
@@ -186,13 +184,19 @@ def test_a_stalled_source_is_named_once_then_the_upload_completes(cluster, clean
     source = Source(data, delay=0.3, stall_at=2 * MiB, stall=5)
     name = upload(cluster, clean_pool, source, data)
     [warning] = lines(name, logging.WARNING)
-    stalled = re.fullmatch(rf"upload of {cluster.pool}/{name}: no progress for (\d+) s at "
-                           rf"2\.0 MiB, waiting for {re.escape(SOURCE)}", warning.getMessage())
+    stalled = re.fullmatch(
+        rf"upload of {cluster.pool}/{name}: no progress for (\d+) s at "
+        rf"2\.0 MiB, waiting for {re.escape(SOURCE)}",
+        warning.getMessage(),
+    )
     assert stalled and THRESHOLD <= int(stalled[1]) < 5, warning.getMessage()
     [moving] = [r for r in lines(name, logging.INFO) if "moving again" in r.getMessage()]
     assert moving.created > warning.created
-    moved = re.fullmatch(rf"upload of {cluster.pool}/{name}: moving again after (\d+) s without "
-                         r"progress, at [\d.]+ MiB", moving.getMessage())
+    moved = re.fullmatch(
+        rf"upload of {cluster.pool}/{name}: moving again after (\d+) s without "
+        r"progress, at [\d.]+ MiB",
+        moving.getMessage(),
+    )
     assert moved and 5 <= int(moved[1]) <= 7, moving.getMessage()
     from_the_reporter(lines(name))
     clean_pool.remove(name)
@@ -212,9 +216,11 @@ def test_a_download_whose_consumer_stops_is_named(cluster, clean_pool, lines):
         time.sleep(0.4)
     assert b"".join(read) == data
     [warning] = lines(name, logging.WARNING)
-    assert re.fullmatch(rf"download of {cluster.pool}/{name}: no progress for \d+ s at 1\.0 MiB, "
-                        rf"waiting for {re.escape(CONSUMER)}", warning.getMessage()), \
-        warning.getMessage()
+    assert re.fullmatch(
+        rf"download of {cluster.pool}/{name}: no progress for \d+ s at 1\.0 MiB, "
+        rf"waiting for {re.escape(CONSUMER)}",
+        warning.getMessage(),
+    ), warning.getMessage()
     assert any("moving again" in r.getMessage() for r in lines(name, logging.INFO))
     clean_pool.remove(name)
 
@@ -261,8 +267,9 @@ def test_a_stalled_cluster_is_named(cluster, clean_pool, lines, osd_back, monkey
     uploading = threading.Thread(target=run)
     uploading.start()
     try:
-        assert wait_until(lambda: lines(name, logging.WARNING), timeout=60), \
+        assert wait_for(lambda: lines(name, logging.WARNING), timeout=60, every=0.2), (
             "no warning while the OSD was down"
+        )
         assert uploading.is_alive()
     finally:
         if source.stopping.ident is not None:
@@ -271,22 +278,24 @@ def test_a_stalled_cluster_is_named(cluster, clean_pool, lines, osd_back, monkey
         uploading.join(timeout=180)
     assert outcome == {"done": True}, outcome
     [warning] = lines(name, logging.WARNING)
-    assert re.fullmatch(rf"upload of {cluster.pool}/{name}: no progress for \d+ s at [\d.]+ MiB, "
-                        r"waiting for the cluster \(librbd writes in flight\)",
-                        warning.getMessage()), warning.getMessage()
+    assert re.fullmatch(
+        rf"upload of {cluster.pool}/{name}: no progress for \d+ s at [\d.]+ MiB, "
+        r"waiting for the cluster \(librbd writes in flight\)",
+        warning.getMessage(),
+    ), warning.getMessage()
     assert any("moving again" in r.getMessage() for r in lines(name, logging.INFO))
     clean_pool.remove(name)
 
 
-def test_only_transfers_longer_than_the_interval_get_lines(cluster, clean_pool, lines,
-                                                          monkeypatch):
+def test_only_transfers_longer_than_the_interval_get_lines(cluster, clean_pool, lines, monkeypatch):
     # 2 s: well above what a quick transfer takes on a loaded machine.
     monkeypatch.setenv(settings.PROGRESS_INTERVAL_ENV, "2")
     glance_rbd_native.patch()
     data = data_of(16 * MiB, seed=6)
     slow = new_name("progress-slow")
     uploading = threading.Thread(
-        target=upload, args=(cluster, clean_pool, Source(data, delay=0.4), data, slow))
+        target=upload, args=(cluster, clean_pool, Source(data, delay=0.4), data, slow)
+    )
     uploading.start()
     quick = []
     small = data_of(MiB, seed=7)
@@ -307,8 +316,7 @@ def test_only_transfers_longer_than_the_interval_get_lines(cluster, clean_pool, 
     clean_pool.remove(slow)
 
 
-def test_the_reporter_costs_nothing_while_no_transfer_runs(cluster, clean_pool, lines,
-                                                            monkeypatch):
+def test_the_reporter_costs_nothing_while_no_transfer_runs(cluster, clean_pool, lines, monkeypatch):
     glance_rbd_native.patch()
     data = data_of(MiB, seed=8)
     clean_pool.remove(upload(cluster, clean_pool, io.BytesIO(data), data))
@@ -332,42 +340,26 @@ def test_the_reporter_costs_nothing_while_no_transfer_runs(cluster, clean_pool, 
     assert reads and progress._reporter is reporter
 
 
-# argv: ceph.conf, pool, image. Uploads `image` slowly with the reports of the environment;
-# prints the reporter's lines, then exits as any program does.
-PLAIN_CHILD = r"""
-import logging, sys, time
-import glance_rbd_native
-from tests.harness.cluster import Cluster
-from tests.harness.data import MiB, data_of
-from tests.harness.stores import make_store
-
-logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
-conf, pool, name = sys.argv[1:]
-assert glance_rbd_native.patch()
-
-class Slow:
-    def __init__(self, data):
-        self.data, self.pos = data, 0
-    def read(self, size):
-        time.sleep(0.4)
-        chunk = self.data[self.pos:self.pos + size]
-        self.pos += len(chunk)
-        return chunk
-
-data = data_of(4 * MiB, seed=9)
-make_store(Cluster.describe(conf, pool), chunk_mib=1).add(name, Slow(data), len(data), "md5")
-print("uploaded")
-"""
-
-
 def test_the_reporter_never_keeps_a_process_alive(cluster, clean_pool):
     name = new_name("progress-exit")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GLANCE_RBD_NATIVE")}
     started = time.monotonic()
     try:
-        run = subprocess.run([sys.executable, "-c", PLAIN_CHILD, str(cluster.conf_path),
-                              cluster.pool, name], cwd=CHECKOUT, env=env, capture_output=True,
-                             text=True, timeout=120)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tests.harness.slow_upload",
+                str(cluster.conf_path),
+                cluster.pool,
+                name,
+            ],
+            cwd=CHECKOUT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         if name in clean_pool.names():
             clean_pool.remove(name)
@@ -409,16 +401,7 @@ def test_a_forked_child_reports_with_a_reporter_of_its_own(cluster, clean_pool):
             traceback.print_exc()
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.1)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        status = "hung"
+    status = exit_status(pid, 90)
     try:
         assert status == 0, status
         assert clean_pool.read(name) == data
@@ -428,69 +411,25 @@ def test_a_forked_child_reports_with_a_reporter_of_its_own(cluster, clean_pool):
     assert progress._reporter is parent and parent.thread.is_alive()
 
 
-# argv: ceph.conf, pool, image. Under eventlet's monkey-patching, as glance's eventlet server:
-# a slow upload that stalls, a green thread ticking every 10 ms meanwhile; prints the
-# reporter's records (with whether the hub's thread emitted them) and the tick's worst delay.
-GREEN_CHILD = r"""
-import warnings
-warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
-import eventlet
-eventlet.monkey_patch()
-
-import io, json, logging, sys, time
-from eventlet import patcher
-
-import glance_rbd_native
-from glance_rbd_native import progress
-from tests.harness.cluster import Cluster
-from tests.harness.data import MiB, data_of
-from tests.harness.stores import make_store
-
-real_ident = patcher.original("threading").get_ident
-hub_thread = real_ident()
-records = []
-
-class Collect(logging.Handler):
-    def emit(self, record):
-        records.append({"level": record.levelname, "message": record.getMessage(),
-                        "thread": record.threadName, "hub": real_ident() == hub_thread})
-
-logging.getLogger("glance_rbd_native.progress").addHandler(Collect())
-logging.getLogger("glance_rbd_native.progress").setLevel(logging.INFO)
-conf, pool, name = sys.argv[1:]
-assert glance_rbd_native.patch()
-data = data_of(6 * MiB, seed=11)
-
-class Slow:
-    def __init__(self):
-        self.stream = io.BytesIO(data)
-    def read(self, size):
-        eventlet.sleep(3.5 if self.stream.tell() == 3 * MiB else 0.3)
-        return self.stream.read(size)
-
-late = []
-def ticker():
-    while True:
-        start = time.monotonic()
-        eventlet.sleep(0.01)
-        late.append(time.monotonic() - start - 0.01)
-
-store = make_store(Cluster.describe(conf, pool), chunk_mib=1)  # configured on the hub
-eventlet.spawn(ticker)
-eventlet.sleep(0.05)
-written = store.add(name, Slow(), len(data), "md5")[1]
-print(json.dumps({"written": written, "late": max(late), "records": records,
-                  "patched": patcher.is_monkey_patched("thread")}))
-"""
-
-
 def test_under_eventlet_the_reporter_is_a_green_thread(cluster, clean_pool):
     name = new_name("progress-green")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GLANCE_RBD_NATIVE")}
     try:
-        run = subprocess.run([sys.executable, "-c", GREEN_CHILD, str(cluster.conf_path),
-                              cluster.pool, name], cwd=CHECKOUT, env=env, capture_output=True,
-                             text=True, timeout=120)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tests.harness.green_progress",
+                str(cluster.conf_path),
+                cluster.pool,
+                name,
+            ],
+            cwd=CHECKOUT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert run.returncode == 0, run.stderr[-3000:]
         result = json.loads(run.stdout.splitlines()[-1])
         assert result["patched"] and result["written"] == 6 * MiB

@@ -28,14 +28,23 @@ def add(cluster, driver, name, source, size, **store_kwargs):
         glance_rbd_native.unpatch()
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(pieces=st.lists(chunk_sizes, max_size=6), known=st.booleans(), thin=st.booleans(),
-       zero_every=st.integers(0, 3), chunk_mib=st.sampled_from([1, 2]))
-def test_random_iterators_same_as_stock(cluster, clean_pool, pieces, known, thin, zero_every,
-                                        chunk_mib):
-    data_pieces = [bytes(n) if zero_every and i % zero_every == 0 else data_of(n, seed=i)
-                   for i, n in enumerate(pieces)]
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    pieces=st.lists(chunk_sizes, max_size=6),
+    known=st.booleans(),
+    thin=st.booleans(),
+    zero_every=st.integers(0, 3),
+    chunk_mib=st.sampled_from([1, 2]),
+)
+def test_random_iterators_same_as_stock(
+    cluster, clean_pool, pieces, known, thin, zero_every, chunk_mib
+):
+    data_pieces = [
+        bytes(n) if zero_every and i % zero_every == 0 else data_of(n, seed=i)
+        for i, n in enumerate(pieces)
+    ]
     data = b"".join(data_pieces)
     declared = len(data) if known else 0
     if known and not data:
@@ -44,8 +53,15 @@ def test_random_iterators_same_as_stock(cluster, clean_pool, pieces, known, thin
     for driver in ("stock", "native"):
         name = new_name(driver)
         try:
-            result = add(cluster, driver, name, iter(list(data_pieces)), declared,
-                         chunk_mib=chunk_mib, thin=thin)
+            result = add(
+                cluster,
+                driver,
+                name,
+                iter(list(data_pieces)),
+                declared,
+                chunk_mib=chunk_mib,
+                thin=thin,
+            )
             outcomes[driver] = ("ok", result[1:], clean_pool.read(name))
         except Exception as exc:  # compared below: stock's failures are the oracle's
             outcomes[driver] = ("error", type(exc).__name__, None)

@@ -25,10 +25,16 @@ ENV = settings.MAX_IN_FLIGHT_ENV
 
 
 PROGRESS = {
-    "progress_interval": (settings.PROGRESS_INTERVAL_ENV, progress.DEFAULT_INTERVAL,
-                          settings.progress_interval),
-    "stall_threshold": (settings.STALL_THRESHOLD_ENV, progress.DEFAULT_STALL_THRESHOLD,
-                        settings.stall_threshold),
+    "progress_interval": (
+        settings.PROGRESS_INTERVAL_ENV,
+        progress.DEFAULT_INTERVAL,
+        settings.progress_interval,
+    ),
+    "stall_threshold": (
+        settings.STALL_THRESHOLD_ENV,
+        progress.DEFAULT_STALL_THRESHOLD,
+        settings.stall_threshold,
+    ),
 }
 
 
@@ -88,8 +94,10 @@ def test_invalid_environment_falls_back_to_the_file(tmp_path, monkeypatch, caplo
     with caplog.at_level(logging.WARNING, logger="glance_rbd_native"):
         assert settings.max_in_flight(conf) == 16 * MiB
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert warning.getMessage() == (f"{ENV}={value!r} is not a positive integer; using "
-                                    "[glance_rbd_native] max_in_flight_mib, 16 MiB")
+    assert warning.getMessage() == (
+        f"{ENV}={value!r} is not a positive integer; using "
+        "[glance_rbd_native] max_in_flight_mib, 16 MiB"
+    )
 
 
 @pytest.mark.parametrize("value", ["0", "many"])
@@ -102,8 +110,9 @@ def test_invalid_file_value_falls_back_to_the_default(tmp_path, caplog, value):
     assert warning.getMessage().endswith(f"; using the default, {DEFAULT >> 20} MiB")
 
 
-def test_the_bound_is_logged_at_the_first_transfer_and_when_it_changes(tmp_path, monkeypatch,
-                                                                        caplog):
+def test_the_bound_is_logged_at_the_first_transfer_and_when_it_changes(
+    tmp_path, monkeypatch, caplog
+):
     conf = glance_conf(tmp_path)
     with caplog.at_level(logging.INFO, logger="glance_rbd_native"):
         glance_rbd_native.patch()
@@ -139,16 +148,19 @@ def test_progress_settings_from_the_file_and_the_environment(tmp_path, monkeypat
 
 @pytest.mark.parametrize("value", ["soon", "-1", "1.5"])
 @pytest.mark.parametrize("name", PROGRESS)
-def test_invalid_progress_environment_falls_back_to_the_file(tmp_path, monkeypatch, caplog, name,
-                                                             value):
+def test_invalid_progress_environment_falls_back_to_the_file(
+    tmp_path, monkeypatch, caplog, name, value
+):
     env, _, read = PROGRESS[name]
     conf = glance_conf(tmp_path, section=f"[glance_rbd_native]\n{name} = 5\n")
     monkeypatch.setenv(env, value)
     with caplog.at_level(logging.WARNING, logger="glance_rbd_native"):
         assert read(conf) == 5
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert warning.getMessage() == (f"{env}={value!r} is not a number of seconds (0 or more); "
-                                    f"using [glance_rbd_native] {name}, 5 s")
+    assert warning.getMessage() == (
+        f"{env}={value!r} is not a number of seconds (0 or more); "
+        f"using [glance_rbd_native] {name}, 5 s"
+    )
 
 
 @pytest.mark.parametrize("value", ["-1", "often"])
@@ -167,8 +179,9 @@ def test_each_transfer_hands_the_progress_settings_to_the_reporter(tmp_path, mon
     """settings.apply, which every upload and download calls first."""
     monkeypatch.setattr(progress, "_interval", progress.DEFAULT_INTERVAL)
     monkeypatch.setattr(progress, "_stall_threshold", progress.DEFAULT_STALL_THRESHOLD)
-    conf = glance_conf(tmp_path, section="[glance_rbd_native]\nprogress_interval = 7\n"
-                                         "stall_threshold = 0\n")
+    conf = glance_conf(
+        tmp_path, section="[glance_rbd_native]\nprogress_interval = 7\nstall_threshold = 0\n"
+    )
     settings.apply(conf)
     assert (progress._interval, progress._stall_threshold) == (7, 0)
     monkeypatch.setenv(settings.STALL_THRESHOLD_ENV, "9")
@@ -194,8 +207,9 @@ def recording(monkeypatch, module, name):
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("env,expected", [(None, 16), ("8", 8), ("lots", 16)])
-def test_the_bound_reaches_the_process_at_each_transfer(cluster, clean_pool, tmp_path,
-                                                        monkeypatch, env, expected):
+def test_the_bound_reaches_the_process_at_each_transfer(
+    cluster, clean_pool, tmp_path, monkeypatch, env, expected
+):
     """glance's configuration parsed after the patch, as when the switch patches on import of
     the driver: each upload and download reads it, and sets the process's bound; the writer
     and the reader get no bound of their own."""
@@ -226,14 +240,20 @@ def test_the_bound_reaches_the_process_at_each_transfer(cluster, clean_pool, tmp
 
 
 def test_config_generator_lists_the_section():
-    [entry] = [e for e in metadata.entry_points(group="oslo.config.opts")
-               if e.name == "glance_rbd_native"]
+    [entry] = [
+        e for e in metadata.entry_points(group="oslo.config.opts") if e.name == "glance_rbd_native"
+    ]
     assert entry.load() is settings.list_opts
     generator = Path(sys.executable).parent / "oslo-config-generator"
-    out = subprocess.run([str(generator), "--namespace", "glance_rbd_native"], check=True,
-                         capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run(
+        [str(generator), "--namespace", "glance_rbd_native"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     lines = out.splitlines()
-    section = lines[lines.index("[glance_rbd_native]"):]
+    section = lines[lines.index("[glance_rbd_native]") :]
     assert "#max_in_flight_mib = 64" in section
     assert "# Minimum value: 1" in section
     assert "#progress_interval = 30" in section

@@ -174,8 +174,9 @@ def test_short_upload_is_refused_not_padded(cluster, clean_pool):
 
     glance_rbd_native.patch()
     name = new_name("native")
-    with pytest.raises(exceptions.Invalid, match=f"Size mismatch: expected {declared} bytes, "
-                                                 f"got {len(data)} bytes"):
+    with pytest.raises(
+        exceptions.Invalid, match=f"Size mismatch: expected {declared} bytes, got {len(data)} bytes"
+    ):
         make_store(cluster, chunk_mib=1).add(name, io.BytesIO(data), declared, "sha512")
     assert name not in clean_pool.names()
 
@@ -206,8 +207,9 @@ def test_oversized_upload_is_refused_clearly(cluster, clean_pool, thin):
 
     glance_rbd_native.patch()
     name = new_name("native")
-    with pytest.raises(exceptions.Invalid, match=f"Size exceeds: expected {declared} bytes, "
-                                                 f"got {declared + MiB} bytes"):
-        make_store(cluster, chunk_mib=1, thin=thin).add(name, io.BytesIO(data), declared,
-                                                        "sha512")
+    with pytest.raises(
+        exceptions.Invalid,
+        match=f"Size exceeds: expected {declared} bytes, got {declared + MiB} bytes",
+    ):
+        make_store(cluster, chunk_mib=1, thin=thin).add(name, io.BytesIO(data), declared, "sha512")
     assert name not in clean_pool.names()

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.harness import watchdog
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -27,17 +28,31 @@ def _child(tmp_path, *args, cases=("test_writes_until_the_run_ends",)):
     env = {k: v for k, v in os.environ.items() if k != "GLANCE_RBD_TEST_CLUSTER"}
     env["WATCHED_RUN_READY"] = str(tmp_path / "ready")
     return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args,
-         *(f"tests/harness/watched_run.py::{case}" for case in cases)],
-        cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            *args,
+            *(f"tests/harness/watched_run.py::{case}" for case in cases),
+        ],
+        cwd=CHECKOUT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _wait_for(path: pathlib.Path, child: subprocess.Popen, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
+    def written():
+        if path.exists():
+            return True
         assert child.poll() is None, child.stdout.read()
-        assert time.monotonic() < deadline, f"no {path.name} after {timeout} s"
-        time.sleep(0.1)
+        return False
+
+    assert wait_for(written, timeout, every=0.1), f"no {path.name} after {timeout} s"
     return path.read_text()
 
 
@@ -51,10 +66,8 @@ def _alive(pid: int) -> bool:
 
 def _assert_gone(pids, within: float = 10) -> None:
     """The processes end within seconds (a SIGKILL is delivered, not waited for)."""
-    deadline = time.monotonic() + within
-    while any(_alive(pid) for pid in pids):
-        assert time.monotonic() < deadline, f"the cluster's daemons outlived the run: {pids}"
-        time.sleep(0.1)
+    gone = wait_for(lambda: not any(_alive(pid) for pid in pids), within, every=0.1)
+    assert gone, f"the cluster's daemons outlived the run: {pids}"
 
 
 def test_a_killed_osd_ends_the_run_with_its_log(tmp_path):
@@ -88,8 +101,13 @@ def test_a_full_disk_ends_the_run(tmp_path):
 def test_a_test_past_its_time_limit_fails_and_the_run_goes_on(tmp_path):
     """A write waiting on a frozen OSD (alive: nothing for the cluster check) is stopped by the
     time limit; the next test runs. The first test's mark gives it more (the cluster's boot)."""
-    child = _child(tmp_path, "--time-limit", "5", "-rA", cases=(
-        "test_the_cluster_answers", "test_writes_to_a_frozen_osd", "test_the_run_goes_on"))
+    child = _child(
+        tmp_path,
+        "--time-limit",
+        "5",
+        "-rA",
+        cases=("test_the_cluster_answers", "test_writes_to_a_frozen_osd", "test_the_run_goes_on"),
+    )
     out, _ = child.communicate(timeout=300)
     assert child.returncode == pytest.ExitCode.TESTS_FAILED, out
     assert "test_writes_to_a_frozen_osd (call): past its time limit of 5 s" in out
@@ -97,17 +115,22 @@ def test_a_test_past_its_time_limit_fails_and_the_run_goes_on(tmp_path):
     assert "Thread" in out  # every thread's stack, in the failed test's stderr
 
 
-
 def test_a_test_that_cannot_be_interrupted_ends_the_process(tmp_path):
     """The main thread inside a librbd call that waits on a frozen OSD: the watchdog prints
     every thread's stack, kills the cluster's daemons and exits."""
-    child = _child(tmp_path, "--time-limit", "5", "--hard-exit-after", "5", cases=(
-        "test_the_cluster_answers", "test_grows_an_image_on_a_frozen_osd"))
+    child = _child(
+        tmp_path,
+        "--time-limit",
+        "5",
+        "--hard-exit-after",
+        "5",
+        cases=("test_the_cluster_answers", "test_grows_an_image_on_a_frozen_osd"),
+    )
     out, _ = child.communicate(timeout=300)
     assert child.returncode == watchdog.HARD_EXIT, out
     assert "test_grows_an_image_on_a_frozen_osd (call): past its time limit of 5 s" in out
     assert "the main thread did not stop in 5 s; every thread's stack:" in out
-    assert 'in _write_while_frozen' in out  # the main thread's stack
+    assert "in _write_while_frozen" in out  # the main thread's stack
     assert "the clusters' daemons are killed" in out
     root = pathlib.Path((tmp_path / "ready").read_text())
     _assert_gone(json.loads((root / "cluster.json").read_text())["pids"].values())

@@ -7,7 +7,6 @@ loads the host's)."""
 import re
 import subprocess
 import sys
-import tomllib
 import zipfile
 
 import pytest
@@ -25,8 +24,14 @@ MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64"}
 # What the README lists; a new dependency must be added there too. On x86_64 the dynamic loader
 # too: its general-dynamic TLS calls __tls_get_addr, which lives there (aarch64's TLS
 # descriptors need no call).
-NEEDED = {"librbd.so.1", "librados.so.2", "libssl.so.3", "libcrypto.so.3", "libgcc_s.so.1",
-          "libc.so.6"}
+NEEDED = {
+    "librbd.so.1",
+    "librados.so.2",
+    "libssl.so.3",
+    "libcrypto.so.3",
+    "libgcc_s.so.1",
+    "libc.so.6",
+}
 LOADER = {"x86_64": {"ld-linux-x86-64.so.2"}, "aarch64": set()}
 # EL9, the oldest glibc of the hosts supported, on both architectures.
 NEWEST_GLIBC = (2, 34)
@@ -50,7 +55,7 @@ def extension(platform, tmp_path_factory):
 
 
 def test_one_abi3_wheel_for_python_3_9_on(platform):
-    version = tomllib.loads((venvs.ROOT / "Cargo.toml").read_text())["package"]["version"]
+    version = venvs.cargo_version()
     wheel_path = venvs.wheel(platform)
     assert wheel_path.name == f"glance_rbd_native-{version}-cp39-abi3-linux_{platform}.whl"
     with zipfile.ZipFile(wheel_path) as wheel:
@@ -75,9 +80,13 @@ def test_the_wheels_hold_the_same_python(tmp_path):
     contents = []
     for platform in PLATFORMS:
         with zipfile.ZipFile(venvs.wheel(platform)) as wheel:
-            contents.append({name: wheel.read(name) for name in wheel.namelist()
-                             if not name.endswith((".so", "/RECORD", "/WHEEL"))
-                             and "/sboms/" not in name})
+            contents.append(
+                {
+                    name: wheel.read(name)
+                    for name in wheel.namelist()
+                    if not name.endswith((".so", "/RECORD", "/WHEEL")) and "/sboms/" not in name
+                }
+            )
     assert contents[0] == contents[1]
 
 
@@ -95,8 +104,11 @@ def test_newest_glibc_symbol_version(extension):
 def test_auditwheel_finds_the_plain_linux_tag_true(platform):
     """auditwheel agrees the wheel is `linux_<machine>`: not manylinux, and not repaired (that
     would bundle a second librados next to the one glance's rados module loads)."""
-    show = subprocess.run([sys.executable, "-m", "auditwheel", "show",
-                           str(venvs.wheel(platform))],
-                          capture_output=True, text=True, check=True).stdout
+    show = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "show", str(venvs.wheel(platform))],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     text = " ".join(show.split())
     assert re.search(rf'is consistent with the following platform tag: "linux_{platform}"', text)

@@ -54,7 +54,7 @@ def test_accepts_buffer_kinds(open_writer, clean_pool, kind):
     name = new_name()
     with open_writer(name, len(data), snapshot=SNAP) as writer:
         for pos in range(0, len(data), 700_001):
-            writer.write(convert(data[pos:pos + 700_001]))
+            writer.write(convert(data[pos : pos + 700_001]))
     assert writer.closed and writer.bytes_written == len(data)
     assert clean_pool.read(name) == data
     clean_pool.remove(name)
@@ -76,7 +76,7 @@ def test_unknown_size_grows_then_trims_to_bytes_written(open_writer, clean_pool)
     data = data_of(70 * MiB + 3)
     with open_writer(name, snapshot=SNAP) as writer:
         for pos in range(0, len(data), 4 * MiB):
-            writer.write(data[pos:pos + 4 * MiB])
+            writer.write(data[pos : pos + 4 * MiB])
     assert writer.resizes == 2  # 64 MiB, then 128 MiB
     assert clean_pool.info(name) == {"size": len(data), "snaps": {SNAP: True}}
     assert clean_pool.read(name) == data
@@ -107,7 +107,7 @@ def test_thin_skips_zero_blocks_at_any_alignment(open_writer, clean_pool):
     data = sparse_data(6 * MiB + 123, seed=5)
     with open_writer(name, len(data), thin_provisioning=True) as writer:
         for pos in range(0, len(data), 999_999):
-            writer.write(data[pos:pos + 999_999])
+            writer.write(data[pos : pos + 999_999])
     assert clean_pool.read(name, snapshot=None) == data
     clean_pool.remove(name)
 
@@ -170,13 +170,17 @@ def test_write_past_known_size_aborts(open_writer, clean_pool):
     assert name not in clean_pool.names()
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("text", "not str"),
-    (12, "not int"),
-    (None, "not NoneType"),
-    (np.zeros(4, dtype=np.int32), "dtype uint8, not int32"),
-    (array.array("I", [1, 2]), 'not of items of format "I"'),
-], ids=["str", "int", "none", "int32-array", "uint32-array"])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("text", "not str"),
+        (12, "not int"),
+        (None, "not NoneType"),
+        (np.zeros(4, dtype=np.int32), "dtype uint8, not int32"),
+        (array.array("I", [1, 2]), 'not of items of format "I"'),
+    ],
+    ids=["str", "int", "none", "int32-array", "uint32-array"],
+)
 def test_wrong_data_types(open_writer, clean_pool, bad, message):
     name = new_name()
     with open_writer(name) as writer:
@@ -221,12 +225,15 @@ def test_bad_conf_path(tmp_path):
     assert raised.value.errno is not None
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"order": 40}, "order"),
-    ({"max_in_flight": 0}, "max_in_flight"),
-    ({"image": ""}, "empty"),
-    ({"image": "a\0b"}, "NUL"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"order": 40}, "order"),
+        ({"max_in_flight": 0}, "max_in_flight"),
+        ({"image": ""}, "empty"),
+        ({"image": "a\0b"}, "NUL"),
+    ],
+)
 def test_bad_arguments(open_writer, kwargs, match):
     name = kwargs.pop("image", new_name())
     with pytest.raises(ValueError, match=match):
@@ -252,14 +259,13 @@ def test_one_connection_per_settings(open_writer, clean_pool):
     clean_pool.remove(name)
 
 
-
 @pytest.mark.parametrize("algo", native_digests())
 def test_native_digests_equal_hashlib(open_writer, clean_pool, algo):
     data = data_of(3 * MiB + 17, seed=3)
     name = new_name()
     with open_writer(name, digests=["md5", algo]) as writer:
         for pos in range(0, len(data), 1_000_003):
-            writer.write(data[pos:pos + 1_000_003])
+            writer.write(data[pos : pos + 1_000_003])
         writer.write(b"")
     assert writer.hexdigests == {
         "md5": hashlib.md5(data).hexdigest(),

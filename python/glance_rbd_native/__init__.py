@@ -64,7 +64,7 @@ _NATIVE = (
 __all__ = [*_NATIVE, "is_patched", "patch", "unpatch"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     if name in _NATIVE:
         value = getattr(importlib.import_module("glance_rbd_native._native"), name)
     elif name == "__version__":

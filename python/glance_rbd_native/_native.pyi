@@ -1,16 +1,22 @@
 """Type stub of the native module built from src/ (PyO3)."""
 
 from types import TracebackType
-from typing import Dict, List, Optional, Sequence, Type, Union, final
+from typing import Dict, List, Literal, Optional, Sequence, Tuple, Type, TypedDict, Union, final
 
 import numpy as np
 import numpy.typing as npt
 
 DEFAULT_MAX_IN_FLIGHT: int
 ZERO_BLOCK: int
+# The librados options that glance's rados_connect_timeout sets, as the stock driver sets them.
+_TIMEOUT_OPTIONS: Tuple[str, ...]
 
 class RbdError(OSError):
     """A librbd or librados call failed; `errno` holds the code Ceph returned."""
+
+    # Always set: the native layer raises each as (errno, message).
+    errno: int
+    strerror: str
 
 class NoSpace(RbdError):
     """The pool or cluster has no room left (ENOSPC or EDQUOT)."""
@@ -149,6 +155,19 @@ class RbdReader:
     def closed(self) -> bool:
         """True once every chunk has been handed out, or after close()."""
 
+class _Transfer(TypedDict):
+    """A transfer running, as `transfers()` lists it."""
+
+    id: int
+    kind: Literal["upload", "download"]
+    pool: str
+    image: str
+    size: int
+    bytes: int
+    elapsed: float
+    progressed: float
+    waiting: Literal["source", "consumer", "cluster", "share"]
+
 def native_digests() -> List[str]:
     """The hashlib algorithm names `RbdWriter(digests=...)` can compute natively."""
 
@@ -161,7 +180,7 @@ def set_max_in_flight(bytes: int) -> None:
 def in_flight() -> Dict[str, int]:
     """{"bound": bytes, "transfers": running, "held": bytes in flight or being hashed}."""
 
-def transfers() -> List[Dict[str, Union[int, float, str]]]:
+def transfers() -> List[_Transfer]:
     """The uploads and downloads running in this process, oldest first, each a dict: "id",
     "kind" ("upload" or "download"), "pool", "image", "size" (0: unknown), "bytes" (accepted by
     write() or handed out), "elapsed" and "progressed" (seconds from its start to now and to its
@@ -180,5 +199,7 @@ def _connect_failure(
     """The message of a connect with these settings that failed with `errno` at `rados_connect`:
     the conf file read again, and what the keyring holds for the user. Nothing connects."""
 
-def _glance_caps(pool: str) -> str:
-    """The caps of glance's documented cephx user on `pool`, as `ceph auth caps` takes them."""
+def _caps_advice(errno: int, pool: str, entity: Optional[str] = None) -> Optional[str]:
+    """What to tell the operator when the cluster refuses `entity` an operation on `pool` (EPERM,
+    EACCES) or leaves it unanswered (ETIMEDOUT), as the native errors say it; None for any other
+    errno."""

@@ -13,30 +13,58 @@ are in ``leftovers``.
 """
 
 import argparse
+import errno
 import json
 import logging
 import re
 import sys
 import time
 import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Optional, TypedDict, cast
 
 from glance_rbd_native import compat, leftovers, settings
-from glance_rbd_native.leftovers import duration, printable
+from glance_rbd_native.leftovers import printable
+from glance_rbd_native.units import duration, size
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # What status lists, and what sweep lists as kept.
 STATUS_STATES = ("alive", "silent", "gone", "unreadable")
+# The image names glance's database references, or None and why it could not be read.
+Referenced = tuple[Optional[set[str]], Optional[str]]
+
+
+class _Result(TypedDict):
+    backend: str
+    pool: str
+
+
+class Result(_Result, total=False):
+    """What the command found in one backend, as it prints it in JSON."""
+
+    # status
+    uploads: list[leftovers.UploadDict]
+    # sweep
+    gone: list[leftovers.UploadDict]
+    kept: list[leftovers.UploadDict]
+    unmarked: list[leftovers.UploadDict]
+    stale_marks: int
+    # sweep --include-unmarked: "read", or why not
+    database: str
 
 
 class Failure(Exception):
     """A message for the operator, and the exit status that goes with it."""
 
-    def __init__(self, message, status=1):
+    def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
         self.status = status
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parse(argv)
     # glance_store's deprecation notices and its drivers that cannot load (cinder without
     # os-brick) are for glance-api's log, not for this command's output.
@@ -60,7 +88,7 @@ def main(argv=None):
     return 0
 
 
-def _parse(argv):
+def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     args = _parser().parse_args(argv)
     # Given after the command: added to those given before it.
     args.config_file = args.config_file + args.config_file_after
@@ -68,59 +96,92 @@ def _parse(argv):
     return args
 
 
-def _parser():
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="glance-rbd-native",
         description="Uploads in flight in glance's rbd backends, and the partial images whose "
-                    "writer is gone.")
+        "writer is gone.",
+    )
     _configuration(parser, "")
     commands = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     _configuration(common, "_after")
     common.add_argument("--format", choices=("text", "json"), default="text")
-    common.add_argument("--presume-gone-after", type=_age, metavar="AGE",
-                        help="a writer that cannot be seen from this host (another host, "
-                             "another container's pids) is presumed gone after this long with "
-                             "neither a watch nor a refresh of its mark (default: "
-                             f"[{settings.GROUP.name}] presume_gone_after of the "
-                             "configuration, 1h)")
+    common.add_argument(
+        "--presume-gone-after",
+        type=_age,
+        metavar="AGE",
+        help="a writer that cannot be seen from this host (another host, "
+        "another container's pids) is presumed gone after this long with "
+        "neither a watch nor a refresh of its mark (default: "
+        f"[{settings.GROUP.name}] presume_gone_after of the "
+        "configuration, 1h)",
+    )
     commands.add_parser(
-        "status", parents=[common],
-        help="every upload in flight: host, pid, age, bytes, rate, and whether its writer lives")
+        "status",
+        parents=[common],
+        help="every upload in flight: host, pid, age, bytes, rate, and whether its writer lives",
+    )
     sweep = commands.add_parser(
-        "sweep", parents=[common],
-        help="the partial images whose writer is gone; --remove removes them")
-    sweep.add_argument("--remove", action="store_true",
-                       help="remove the partial images whose writer is gone (fencing first a "
-                            "writer presumed gone), and drop stale marks")
-    sweep.add_argument("--include-unmarked", action="store_true",
-                       help="also list partial images without a native mark (stock's, another "
-                            "tool's), named as glance names images, with no watcher, that "
-                            "glance's database does not reference; needs --older-than; lists "
-                            "the whole pool")
-    sweep.add_argument("--older-than", type=_age, metavar="AGE",
-                       help="with --include-unmarked: created at least this long ago, e.g. "
-                            "3600, 30m, 12h, 2d")
-    sweep.add_argument("images", nargs="*", metavar="IMAGE",
-                       help="with --include-unmarked --remove: the unmarked images to remove, "
-                            "out of those it lists")
-    sweep.add_argument("--all-unmarked", action="store_true",
-                       help="with --include-unmarked --remove: remove every unmarked image it "
-                            "lists")
+        "sweep",
+        parents=[common],
+        help="the partial images whose writer is gone; --remove removes them",
+    )
+    sweep.add_argument(
+        "--remove",
+        action="store_true",
+        help="remove the partial images whose writer is gone (fencing first a "
+        "writer presumed gone), and drop stale marks",
+    )
+    sweep.add_argument(
+        "--include-unmarked",
+        action="store_true",
+        help="also list partial images without a native mark (stock's, another "
+        "tool's), named as glance names images, with no watcher, that "
+        "glance's database does not reference; needs --older-than; lists "
+        "the whole pool",
+    )
+    sweep.add_argument(
+        "--older-than",
+        type=_age,
+        metavar="AGE",
+        help="with --include-unmarked: created at least this long ago, e.g. 3600, 30m, 12h, 2d",
+    )
+    sweep.add_argument(
+        "images",
+        nargs="*",
+        metavar="IMAGE",
+        help="with --include-unmarked --remove: the unmarked images to remove, "
+        "out of those it lists",
+    )
+    sweep.add_argument(
+        "--all-unmarked",
+        action="store_true",
+        help="with --include-unmarked --remove: remove every unmarked image it lists",
+    )
     return parser
 
 
-def _configuration(parser, suffix):
+def _configuration(parser: argparse.ArgumentParser, suffix: str) -> None:
     """--config-file and --backend, accepted before and after the command."""
-    parser.add_argument("--config-file", action="append", default=[], metavar="PATH",
-                        dest="config_file" + suffix,
-                        help="glance-api's configuration; repeat for more files, read in order "
-                             "(default: oslo.config's search, as glance-manage)")
-    parser.add_argument("--backend", metavar="NAME", dest="backend" + suffix,
-                        help="only this backend of enabled_backends (default: every rbd one)")
+    parser.add_argument(
+        "--config-file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        dest="config_file" + suffix,
+        help="glance-api's configuration; repeat for more files, read in order "
+        "(default: oslo.config's search, as glance-manage)",
+    )
+    parser.add_argument(
+        "--backend",
+        metavar="NAME",
+        dest="backend" + suffix,
+        help="only this backend of enabled_backends (default: every rbd one)",
+    )
 
 
-def _check(args):
+def _check(args: argparse.Namespace) -> None:
     if args.command != "sweep":
         return
     if args.include_unmarked and args.older_than is None:
@@ -131,7 +192,7 @@ def _check(args):
         raise Failure("name the unmarked images to remove, or give --all-unmarked: not both", 2)
 
 
-def _age(text):
+def _age(text: str) -> int:
     match = re.fullmatch(r"(\d+)([smhd]?)", text.strip())
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r} is not an age such as 3600, 30m, 12h or 2d")
@@ -141,7 +202,7 @@ def _age(text):
 class Backend:
     """One rbd backend of glance's configuration, as its Store reads it."""
 
-    def __init__(self, name, store):
+    def __init__(self, name: str, store: compat.RbdStore) -> None:
         self.name = name
         self.pool = store.pool
         self.conffile = store.conf_file or None
@@ -149,7 +210,9 @@ class Backend:
         self.timeout = compat.connect_timeout(store)
 
 
-def _backends(config_files, only):
+def _backends(
+    config_files: list[str], only: Optional[str]
+) -> tuple["cfg.ConfigOpts", list[Backend]]:
     from glance_store import exceptions
     from glance_store._drivers import rbd
     from oslo_config import cfg
@@ -158,8 +221,11 @@ def _backends(config_files, only):
     conf.register_opt(cfg.DictOpt("enabled_backends"))
     conf.register_opt(cfg.StrOpt("connection", secret=True), group="database")
     try:
-        conf(args=[f"--config-file={path}" for path in config_files], project="glance",
-             prog="glance-api")
+        conf(
+            args=[f"--config-file={path}" for path in config_files],
+            project="glance",
+            prog="glance-api",
+        )
     except cfg.Error as exc:
         raise Failure(f"cannot read the configuration: {exc}", 2) from exc
     if conf.enabled_backends:
@@ -174,12 +240,16 @@ def _backends(config_files, only):
         names = ["glance_store"] if "rbd" in _single_store_types(conf) else []
     if only:
         if only not in names:
-            raise Failure(f"no rbd backend {only!r} in the configuration (rbd backends: "
-                          f"{', '.join(names) or 'none'})", 2)
+            raise Failure(
+                f"no rbd backend {only!r} in the configuration (rbd backends: "
+                f"{', '.join(names) or 'none'})",
+                2,
+            )
         names = [only]
     if not names:
-        raise Failure("the configuration has no rbd backend (enabled_backends, or "
-                      "[glance_store] stores)", 2)
+        raise Failure(
+            "the configuration has no rbd backend (enabled_backends, or [glance_store] stores)", 2
+        )
     backends = []
     for name in names:
         try:
@@ -191,12 +261,12 @@ def _backends(config_files, only):
     return conf, backends
 
 
-def _single_store_types(conf):
+def _single_store_types(conf: "cfg.ConfigOpts") -> set[str]:
     options = conf.glance_store
     return set(options.stores or ()) | {options.default_store}
 
 
-def _referenced(conf):
+def _referenced(conf: "cfg.ConfigOpts") -> Referenced:
     """(names, None) of the images glance's database references: the ids of its images not
     deleted, and the image names of their locations; or (None, why) where it cannot be read."""
     url = conf.database.connection
@@ -210,10 +280,19 @@ def _referenced(conf):
         engine = sqlalchemy.create_engine(url)
         try:
             with engine.connect() as db:
-                ids = {row[0] for row in db.execute(sqlalchemy.text(
-                    "SELECT id FROM images WHERE deleted = :no"), {"no": False})}
-                locations = [row[0] for row in db.execute(sqlalchemy.text(
-                    "SELECT value FROM image_locations WHERE deleted = :no"), {"no": False})]
+                ids = {
+                    row[0]
+                    for row in db.execute(
+                        sqlalchemy.text("SELECT id FROM images WHERE deleted = :no"), {"no": False}
+                    )
+                }
+                locations = [
+                    row[0]
+                    for row in db.execute(
+                        sqlalchemy.text("SELECT value FROM image_locations WHERE deleted = :no"),
+                        {"no": False},
+                    )
+                ]
         finally:
             engine.dispose()
     except Exception as exc:  # any driver's error: the operator reads why
@@ -223,12 +302,12 @@ def _referenced(conf):
     for location in locations:
         # rbd://FSID/POOL/IMAGE/SNAP, or rbd://IMAGE of the oldest releases.
         if location and location.startswith("rbd://"):
-            parts = location[len("rbd://"):].split("/")
+            parts = location[len("rbd://") :].split("/")
             names.add(parts[2] if len(parts) == 4 else parts[0])
     return names, None
 
 
-def _run(args, backend, referenced):
+def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Referenced]) -> Result:
     import rados
     import rbd
 
@@ -237,13 +316,15 @@ def _run(args, backend, referenced):
     try:
         cluster = leftovers.connect(backend.conffile, backend.user, backend.timeout)
     except rados.Error as exc:
-        errno = getattr(exc, "errno", None)
-        if errno is None:
-            raise Failure(f"backend {backend.name}: cannot connect to the Ceph cluster (conf "
-                          f"{backend.conffile or 'default'}, user {backend.user or 'default'}): "
-                          f"{exc}") from exc
+        code = getattr(exc, "errno", None)
+        if code is None:
+            raise Failure(
+                f"backend {backend.name}: cannot connect to the Ceph cluster (conf "
+                f"{backend.conffile or 'default'}, user {backend.user or 'default'}): "
+                f"{exc}"
+            ) from exc
         # The native driver's words for it, with what the keyring holds.
-        why = _native._connect_failure(errno, conffile=backend.conffile, user=backend.user)
+        why = _native._connect_failure(code, conffile=backend.conffile, user=backend.user)
         raise Failure(f"backend {backend.name}: {why}") from exc
     entity = f"client.{backend.user or 'admin'}"
     try:
@@ -251,28 +332,38 @@ def _run(args, backend, referenced):
             return _look(args, backend, leftovers.Pool(cluster, ioctx), referenced)
     except rados.ObjectNotFound as exc:
         raise Failure(f"backend {backend.name}: pool {backend.pool!r} not found") from exc
-    except (rados.PermissionError, rados.PermissionDeniedError, rbd.PermissionError,
-            PermissionError) as exc:
-        raise Failure(f"backend {backend.name}: the cluster refused {entity} in pool "
-                      f"{backend.pool!r} ({exc}): glance's cephx user needs the caps "
-                      f"{_native._glance_caps(backend.pool)}; `ceph auth get {entity}` shows "
-                      "the caps it has") from exc
+    except (
+        rados.PermissionError,
+        rados.PermissionDeniedError,
+        rbd.PermissionError,
+        PermissionError,
+    ) as exc:
+        # The native driver's words for it, as for the timeout below.
+        advice = _native._caps_advice(errno.EPERM, backend.pool, entity)
+        raise Failure(
+            f"backend {backend.name}: the cluster refused {entity} in pool "
+            f"{backend.pool!r} ({exc}): {advice}"
+        ) from exc
     except (rados.TimedOut, rbd.Timeout) as exc:
-        raise Failure(f"backend {backend.name}: the cluster did not answer {entity} in pool "
-                      f"{backend.pool!r} in time ({exc}): the OSDs may be down or unreachable, "
-                      f"or {entity} may have no osd cap on the pool (a Ceph 20 cluster leaves "
-                      "the operations of such a user unanswered); glance's cephx user needs the "
-                      f"caps {_native._glance_caps(backend.pool)}; `ceph auth get {entity}` "
-                      "shows the caps it has") from exc
+        advice = _native._caps_advice(errno.ETIMEDOUT, backend.pool, entity)
+        raise Failure(
+            f"backend {backend.name}: the cluster did not answer {entity} in pool "
+            f"{backend.pool!r} in time ({exc}): {advice}"
+        ) from exc
     except (rados.Error, rbd.Error) as exc:
         raise Failure(f"backend {backend.name}: {exc}") from exc
     finally:
         cluster.shutdown()
 
 
-def _look(args, backend, pool, referenced):
+def _look(
+    args: argparse.Namespace,
+    backend: Backend,
+    pool: leftovers.Pool,
+    referenced: Optional[Referenced],
+) -> Result:
     found = leftovers.uploads(pool, args.presume_gone_after)
-    result = {"backend": backend.name, "pool": backend.pool}
+    result: Result = {"backend": backend.name, "pool": backend.pool}
     now = time.time()
     if args.command == "status":
         result["uploads"] = [u.as_dict(now) for u in found if u.state in STATUS_STATES]
@@ -280,12 +371,13 @@ def _look(args, backend, pool, referenced):
     gone = [u for u in found if u.state == "gone"]
     kept = [u for u in found if u.state in ("silent", "unreadable")]
     stale = [u for u in found if u.state in ("missing", "finished")]
-    unmarked = []
+    unmarked: list[leftovers.Upload] = []
     if args.include_unmarked:
-        names, why = referenced
+        names, why = cast(Referenced, referenced)  # read by main() for --include-unmarked
         result["database"] = "read" if names is not None else f"not read: {why}"
-        unmarked = leftovers.unmarked(pool, args.older_than, skip={u.image for u in found},
-                                      referenced=names)
+        unmarked = leftovers.unmarked(
+            pool, args.older_than, skip={u.image for u in found}, referenced=names
+        )
     result["gone"] = [u.as_dict(now) for u in gone]
     result["kept"] = [u.as_dict(now) for u in kept]
     result["unmarked"] = [u.as_dict(now) for u in unmarked]
@@ -304,57 +396,61 @@ def _look(args, backend, pool, referenced):
     return result
 
 
-def _print(args, result):
+def _print(args: argparse.Namespace, result: Result) -> None:
     where = f"{result['backend']}: {result['pool']}"
     if args.command == "status":
         if not result["uploads"]:
             print(f"{where}: no upload in flight")
         for upload in result["uploads"]:
-            print(f"{where}/{upload['image']}  {_STATE_WORDS[upload['state']]}  "
-                  f"{_writer(upload)}  age {duration(upload['age_seconds'])}  "
-                  f"{_size(upload['bytes'])} stored  {_rate(upload)}  ({upload['reason']})")
+            print(
+                f"{where}/{upload['image']}  {_STATE_WORDS[upload['state']]}  "
+                f"{_writer(upload)}  age {duration(upload['age_seconds'])}  "
+                f"{size(upload['bytes'])} stored  {_rate(upload)}  ({upload['reason']})"
+            )
         return
     verb = "removed" if args.remove else "would remove"
     if not result["gone"]:
         print(f"{where}: no partial image whose writer is gone")
     for upload in result["gone"]:
-        print(f"{where}/{upload['image']}  {upload.get('outcome', verb)}: {upload['reason']}; "
-              f"{_writer(upload)}, started {duration(upload['age_seconds'])} ago, "
-              f"{_size(upload['bytes'])} stored")
+        print(
+            f"{where}/{upload['image']}  {upload.get('outcome', verb)}: {upload['reason']}; "
+            f"{_writer(upload)}, started {duration(upload['age_seconds'])} ago, "
+            f"{size(upload['bytes'])} stored"
+        )
     for upload in result["kept"]:
         print(f"{where}/{upload['image']}  kept: {upload['reason']}")
     if "database" in result and result["database"] != "read":
-        print(f"{where}: glance's database was {result['database']}: the unmarked images below "
-              "may still be glance's")
+        print(
+            f"{where}: glance's database was {result['database']}: the unmarked images below "
+            "may still be glance's"
+        )
     for upload in result["unmarked"]:
-        print(f"{where}/{upload['image']}  {upload.get('outcome', verb)} (unmarked): "
-              f"{upload['reason']}; created {duration(upload['age_seconds'])} ago")
+        print(
+            f"{where}/{upload['image']}  {upload.get('outcome', verb)} (unmarked): "
+            f"{upload['reason']}; created {duration(upload['age_seconds'])} ago"
+        )
     if result["stale_marks"]:
         done = "dropped" if args.remove else "--remove drops them"
-        print(f"{where}: {result['stale_marks']} stale marks of finished or removed images "
-              f"({done})")
+        print(
+            f"{where}: {result['stale_marks']} stale marks of finished or removed images ({done})"
+        )
 
 
-_STATE_WORDS = {"alive": "writer alive", "gone": "writer GONE",
-                "silent": "writer SILENT", "unreadable": "mark UNREADABLE"}
+_STATE_WORDS = {
+    "alive": "writer alive",
+    "gone": "writer GONE",
+    "silent": "writer SILENT",
+    "unreadable": "mark UNREADABLE",
+}
 
 
-def _writer(upload):
+def _writer(upload: leftovers.UploadDict) -> str:
     if upload["pid"] is None:
         return "writer unknown"
     where = f" in {upload['cgroup']}" if upload.get("cgroup") else ""
     return printable(f"pid {upload['pid']} on {upload['host']}{where}")
 
 
-def _size(value):
-    if value is None:
-        return "?"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} B"
-
-
-def _rate(upload):
+def _rate(upload: leftovers.UploadDict) -> str:
     rate = upload["rate_bytes_per_second"]
-    return f"{_size(rate)}/s" if rate else "rate ?"
+    return f"{size(rate)}/s" if rate else "rate ?"

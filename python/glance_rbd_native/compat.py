@@ -7,6 +7,10 @@ version only decides whether ``patch()`` takes over at all.
 
 import logging
 import re
+from typing import TYPE_CHECKING, Optional, Protocol, cast
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 LOG = logging.getLogger(__name__)
 
@@ -17,7 +21,26 @@ NEWEST_SUPPORTED_MAJOR = 5
 TESTED_VERSIONS = ("4.1.0", "4.3.3", "4.7.1", "4.9.1", "5.0.0", "5.2.0", "5.7.0")
 
 
-def glance_store_version():
+class RbdStore(Protocol):
+    """What the native driver reads of glance_store's rbd ``Store``, on every release."""
+
+    WRITE_CHUNKSIZE: int
+    READ_CHUNKSIZE: int
+    conf: "cfg.ConfigOpts"
+    backend_group: Optional[str]
+    pool: str
+    conf_file: str
+    thin_provisioning: bool
+
+
+class RbdOptions(Protocol):
+    """The rbd options of a store (``store_options``), as oslo.config answers them."""
+
+    rbd_store_user: Optional[str]
+    rados_connect_timeout: Optional[int]
+
+
+def glance_store_version() -> Optional[str]:
     """The installed glance_store's version string, or None."""
     from importlib import metadata
 
@@ -27,7 +50,7 @@ def glance_store_version():
         return None
 
 
-def parse_version(text):
+def parse_version(text: Optional[str]) -> Optional[tuple[int, ...]]:
     """(major, minor, patch) of a version string such as '4.7.1' or '5.0.0.0rc1'; None if none."""
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
     if match is None:
@@ -35,12 +58,12 @@ def parse_version(text):
     return tuple(int(part or 0) for part in match.groups())
 
 
-def is_supported(version):
+def is_supported(version: Optional[str]) -> bool:
     parsed = parse_version(version)
     return parsed is not None and OLDEST_SUPPORTED <= parsed and parsed[0] <= NEWEST_SUPPORTED_MAJOR
 
 
-def store_options(store):
+def store_options(store: RbdStore) -> RbdOptions:
     """The namespace the stock driver reads the rbd options from.
 
     From 5.0 that is ``store.store_conf``: in a multi-store set-up it falls back to
@@ -48,15 +71,15 @@ def store_options(store):
     unset; in a single-store set-up it is ``[glance_store]``. Before 5.0 it is the backend's
     group, or ``[glance_store]`` in a single-store set-up.
     """
-    options = getattr(store, "store_conf", None)
+    options: Optional[RbdOptions] = getattr(store, "store_conf", None)
     if options is not None:
         return options
     if store.backend_group:
-        return getattr(store.conf, store.backend_group)
-    return store.conf.glance_store
+        return cast(RbdOptions, getattr(store.conf, store.backend_group))
+    return cast(RbdOptions, store.conf.glance_store)
 
 
-def connect_timeout(store):
+def connect_timeout(store: RbdStore) -> Optional[int]:
     """Seconds for librados' op and mount timeouts, or None where stock sets none."""
     if not stock_sets_librados_timeouts():
         return None
@@ -64,7 +87,7 @@ def connect_timeout(store):
     return timeout if timeout is not None and timeout >= 0 else None
 
 
-def stock_sets_librados_timeouts():
+def stock_sets_librados_timeouts() -> bool:
     """True when stock turns ``rados_connect_timeout >= 0`` into librados' three timeouts.
 
     That is the release whose option defaults to -1, "not set" (4.7 on). 4.1 and 4.2 default it
@@ -74,5 +97,9 @@ def stock_sets_librados_timeouts():
     from glance_store._drivers import rbd
 
     option = next((opt for opt in rbd.Store.OPTIONS if opt.name == "rados_connect_timeout"), None)
-    return (option is not None and not option.deprecated_for_removal
-            and option.default is not None and option.default < 0)
+    return (
+        option is not None
+        and not option.deprecated_for_removal
+        and option.default is not None
+        and option.default < 0
+    )

@@ -9,30 +9,33 @@ afterwards: logging's locks are green under eventlet. Without eventlet, calls ru
 """
 
 import sys
+from typing import Any, Callable, TypeVar, cast
 
 from glance_rbd_native._native import _flush_logs, _queue_logs_here
 
+_T = TypeVar("_T")
 
-def call(fn, *args, **kwargs):
+
+def call(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """``fn(*args, **kwargs)``, off the hub when eventlet has patched threads."""
     if not _eventlet_threads():
         return fn(*args, **kwargs)
     from eventlet import tpool
 
     try:
-        return tpool.execute(_queued, fn, *args, **kwargs)
+        return cast(_T, tpool.execute(_queued, fn, *args, **kwargs))
     finally:
         _flush_logs()
 
 
-def _queued(fn, *args, **kwargs):
+def _queued(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     _queue_logs_here()
     return fn(*args, **kwargs)
 
 
-def _eventlet_threads():
+def _eventlet_threads() -> bool:
     if "eventlet" not in sys.modules:
         return False
     from eventlet import patcher
 
-    return patcher.is_monkey_patched("thread")
+    return cast(bool, patcher.is_monkey_patched("thread"))

@@ -8,7 +8,7 @@ LOG = logging.getLogger(__name__)
 _ORIGINALS = "_glance_rbd_native_originals"
 
 
-def patch(force=False):
+def patch(force: bool = False) -> bool:
     """Makes glance_store's rbd driver upload through ``RbdWriter`` and read through
     ``RbdReader``. Safe to call again.
 
@@ -26,8 +26,12 @@ def patch(force=False):
     if not compat.is_supported(version) and not force:
         LOG.warning(
             "glance-rbd-native supports glance_store %s to %d.x (tested with %s), found %s: "
-            "keeping the stock rbd driver", ".".join(map(str, compat.OLDEST_SUPPORTED)),
-            compat.NEWEST_SUPPORTED_MAJOR, ", ".join(compat.TESTED_VERSIONS), version)
+            "keeping the stock rbd driver",
+            ".".join(map(str, compat.OLDEST_SUPPORTED)),
+            compat.NEWEST_SUPPORTED_MAJOR,
+            ", ".join(compat.TESTED_VERSIONS),
+            version,
+        )
         return False
     # Wrapped as stock wraps its own: add and get check the store's capabilities, and add
     # also takes the older calling convention.
@@ -41,12 +45,15 @@ def patch(force=False):
         setattr(rbd.Store, name, method)
     # The in-flight bound is logged at the first transfer (settings.py): glance may not have
     # read its configuration yet.
-    LOG.info("glance-rbd-native: the native RBD writer is active for glance_store %s, and the "
-             "native reader", version)
+    LOG.info(
+        "glance-rbd-native: the native RBD writer is active for glance_store %s, and the "
+        "native reader",
+        version,
+    )
     return True
 
 
-def unpatch():
+def unpatch() -> None:
     """Puts the stock methods back. Safe to call when not patched."""
     from glance_store._drivers import rbd
 
@@ -58,7 +65,7 @@ def unpatch():
         LOG.info("glance-rbd-native: the stock RBD driver is back")
 
 
-def is_patched():
+def is_patched() -> bool:
     """True when glance_store's rbd driver currently runs the native methods."""
     from glance_store._drivers import rbd
 

@@ -20,8 +20,15 @@ import logging
 import os
 import threading
 import time
+from typing import TYPE_CHECKING, Optional, TypeVar, Union
 
 from glance_rbd_native._native import in_flight, transfers
+from glance_rbd_native.units import duration, size
+
+if TYPE_CHECKING:
+    from glance_rbd_native._native import RbdReader, RbdWriter, _Transfer
+
+    _Watched = TypeVar("_Watched", RbdReader, RbdWriter)
 
 LOG = logging.getLogger(__name__)
 
@@ -38,26 +45,26 @@ _interval = DEFAULT_INTERVAL
 _stall_threshold = DEFAULT_STALL_THRESHOLD
 
 # The reporter of this process. A child of fork() inherits the parent's without its thread.
-_reporter = None
+_reporter: Optional["_Reporter"] = None
 # Per pid: a child may inherit the lock held by a thread that does not exist in it.
-_start_locks = {}
+_start_locks: dict[int, threading.Lock] = {}
 
 _WAITS = {
     "source": "glance's image data (the client's request body, or an import's source)",
     "consumer": "the consumer of the download (the client has not taken the next chunk)",
     "cluster": "the cluster (librbd {ops} in flight)",
     "share": "room in its share of the process's in-flight bound ({bound} shared by "
-             "{transfers} transfers)",
+    "{transfers} transfers)",
 }
 
 
-def configure(interval, stall_threshold):
+def configure(interval: int, stall_threshold: int) -> None:
     """Seconds between progress lines and without progress before a warning; 0 turns each off."""
     global _interval, _stall_threshold
     _interval, _stall_threshold = interval, stall_threshold
 
 
-def watch():
+def watch() -> None:
     """A transfer has just started in this process: the reporter watches it, started here if
     this process has none (from the calling thread: under eventlet, a green thread)."""
     global _reporter
@@ -73,7 +80,7 @@ def watch():
     reporter.wake.set()
 
 
-def watching(transfer):
+def watching(transfer: "_Watched") -> "_Watched":
     """``transfer``, the RbdWriter or RbdReader just made, with the reporter watching it."""
     watch()
     return transfer
@@ -82,28 +89,30 @@ def watching(transfer):
 class _Seen:
     """What the reporter said of one transfer."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.last_line = 0.0  # on the interval's grid, so that lines do not drift
-        self.stalled = None  # its last progress when the stall was reported
+        self.stalled: Optional[float] = None  # its last progress when the stall was reported
 
 
 class _Reporter:
     """The reporter thread of one process, and what it said of each transfer."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pid = os.getpid()
         # Made now, from threading's names as they are now: patched by eventlet, or not.
         self.wake = threading.Event()
-        self._seen = {}
-        self.thread = threading.Thread(target=self._run, name="glance-rbd-native-progress",
-                                       daemon=True)
+        self._seen: dict[int, _Seen] = {}
+        self.thread = threading.Thread(
+            target=self._run, name="glance-rbd-native-progress", daemon=True
+        )
         self.thread.start()
 
-    def _run(self):
+    def _run(self) -> None:
         while True:
             # Cleared before the transfers are read: one that starts after the read sets it
             # again, so it is never missed.
             self.wake.clear()
+            running: Union[list[_Transfer], bool]
             try:
                 running = transfers()
                 self._report(running)
@@ -115,56 +124,54 @@ class _Reporter:
             else:
                 self.wake.wait()
 
-    def _report(self, running):
+    def _report(self, running: "list[_Transfer]") -> None:
         interval, threshold = _interval, _stall_threshold
-        seen = {}
+        seen: dict[int, _Seen] = {}
         for transfer in running:
             state = seen[transfer["id"]] = self._seen.get(transfer["id"]) or _Seen()
             _report_one(transfer, state, interval, threshold)
         self._seen = seen
 
 
-def _report_one(transfer, state, interval, threshold):
+def _report_one(transfer: "_Transfer", state: _Seen, interval: int, threshold: int) -> None:
     name = f"{transfer['kind']} of {transfer['pool']}/{transfer['image']}"
     elapsed, progressed, done = transfer["elapsed"], transfer["progressed"], transfer["bytes"]
     if interval and elapsed - state.last_line >= interval:
         state.last_line = elapsed - elapsed % interval
-        of = " of " + _size(transfer["size"]) if transfer["size"] else ""
-        LOG.info("%s: %s%s in %s (%s/s)", name, _size(done), of, _duration(elapsed),
-                 _size(done / elapsed if elapsed else 0))
+        of = " of " + size(transfer["size"]) if transfer["size"] else ""
+        LOG.info(
+            "%s: %s%s in %s (%s/s)",
+            name,
+            size(done),
+            of,
+            duration(elapsed),
+            size(done / elapsed if elapsed else 0),
+        )
     idle = elapsed - progressed
     if state.stalled is None:
         if threshold and idle >= threshold:
             state.stalled = progressed
-            LOG.warning("%s: no progress for %s at %s, waiting for %s", name, _duration(idle),
-                        _size(done), _waiting(transfer))
+            LOG.warning(
+                "%s: no progress for %s at %s, waiting for %s",
+                name,
+                duration(idle),
+                size(done),
+                _waiting(transfer),
+            )
     elif progressed != state.stalled:
-        LOG.info("%s: moving again after %s without progress, at %s", name,
-                 _duration(progressed - state.stalled), _size(done))
+        LOG.info(
+            "%s: moving again after %s without progress, at %s",
+            name,
+            duration(progressed - state.stalled),
+            size(done),
+        )
         state.stalled = None
 
 
-def _waiting(transfer):
+def _waiting(transfer: "_Transfer") -> str:
     waiting = transfer["waiting"]
     if waiting == "share":
         process = in_flight()
-        return _WAITS["share"].format(bound=_size(process["bound"]),
-                                      transfers=process["transfers"])
+        return _WAITS["share"].format(bound=size(process["bound"]), transfers=process["transfers"])
     ops = "writes" if transfer["kind"] == "upload" else "reads"
     return _WAITS.get(waiting, waiting).format(ops=ops)
-
-
-def _size(count):
-    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if count >= 1 << shift:
-            return f"{count / (1 << shift):.1f} {unit}"
-    return f"{int(count)} bytes"
-
-
-def _duration(seconds):
-    seconds = int(seconds)
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"

@@ -8,6 +8,10 @@ import importlib.abc
 import logging
 import os
 import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Optional
 
 LOG = logging.getLogger(__name__)
 
@@ -15,11 +19,11 @@ ENV = "GLANCE_RBD_NATIVE"
 TARGET = "glance_store._drivers.rbd"
 
 
-def enabled():
+def enabled() -> bool:
     return os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def install():
+def install() -> None:
     """Patches now if the driver is loaded, else once it is. Never breaks start-up."""
     if not enabled():
         return
@@ -29,14 +33,17 @@ def install():
         sys.meta_path.insert(0, _PatchOnImport())
 
 
-def _patch():
+def _patch() -> None:
     try:
         from glance_rbd_native.patching import patch
 
         patch()
     except ImportError as exc:  # e.g. no librbd.so.1 on this host
-        LOG.warning("glance-rbd-native: the native module cannot be loaded (%s); the rbd driver "
-                    "stays stock", exc)
+        LOG.warning(
+            "glance-rbd-native: the native module cannot be loaded (%s); the rbd driver "
+            "stays stock",
+            exc,
+        )
     except Exception:  # start-up must go on with the stock driver
         LOG.exception("glance-rbd-native: could not patch the rbd driver; it stays stock")
 
@@ -44,13 +51,18 @@ def _patch():
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Finds the rbd driver with the other finders, then patches right after it executes."""
 
-    def find_spec(self, name, path, target=None):
+    def find_spec(
+        self,
+        name: str,
+        path: Optional[Sequence[str]],
+        target: Optional[ModuleType] = None,
+    ) -> Optional[ModuleSpec]:
         if name != TARGET:
             return None
         sys.meta_path.remove(self)
         for finder in sys.meta_path:
             find_spec = getattr(finder, "find_spec", None)
-            spec = find_spec(name, path, target) if find_spec else None
+            spec: Optional[ModuleSpec] = find_spec(name, path, target) if find_spec else None
             if spec is not None and spec.loader is not None:
                 spec.loader = _PatchAfterExec(spec.loader)
                 return spec
@@ -58,12 +70,12 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 
 class _PatchAfterExec(importlib.abc.Loader):
-    def __init__(self, loader):
+    def __init__(self, loader: importlib.abc.Loader) -> None:
         self._loader = loader
 
-    def create_module(self, spec):
+    def create_module(self, spec: ModuleSpec) -> Optional[ModuleType]:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module):
+    def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
         _patch()

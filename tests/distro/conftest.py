@@ -1,16 +1,16 @@
 """Debian's packaged glance in Debian roots, with the project's Debian package (made by
 packaging/deb.py, as `make deb` makes it, from the wheel `make build` made on the host, not
 rebuilt) installed by apt, on the session's cluster, the catalogue in a MariaDB of the host.
-Each test module names its Debian release in RELEASE; the root (tests/harness/debian_root.py)
+Each test module names its Debian release in RELEASE; the root (packaging/debian_root.py)
 is built once and cached, the package installed anew each run and removed at its end."""
 
 import pathlib
 
 import pytest
 
+from debian_root import DebianRoot, build_deb
 from tests.harness import venvs
 from tests.harness.debian_glance import DebianGlanceApi
-from tests.harness.debian_root import DebianRoot, build_deb
 from tests.harness.mariadb import MariaDB
 
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
@@ -38,8 +38,11 @@ def debian_root(request, cluster, mariadb, deb):
     # glance-api runs as user glance: it must reach ceph.conf and the keyring (0644) in the
     # cluster's directory, which the session made private (mkdtemp: 0700).
     cluster.root.chmod(0o755)
-    root = DebianRoot.ensure(request.module.RELEASE, binds=[cluster.root, mariadb.root, CHECKOUT],
-                             read_only=[cluster.root, CHECKOUT])
+    root = DebianRoot.ensure(
+        request.module.RELEASE,
+        binds=[cluster.root, mariadb.root, CHECKOUT],
+        read_only=[cluster.root, CHECKOUT],
+    )
     try:
         root.install_deb(deb)
         try:
@@ -66,8 +69,9 @@ def debian_glance(debian_root, cluster, mariadb, tmp_path_factory):
         stop_all()
         work = tmp_path_factory.mktemp(f"{debian_root.release.suite}-{name}")
         database = mariadb.create_database(work.name.replace("-", "_"))
-        api = DebianGlanceApi(work, debian_root, ceph_conf or cluster.conf_path, database,
-                              pool=cluster.pool, **config)
+        api = DebianGlanceApi(
+            work, debian_root, ceph_conf or cluster.conf_path, database, pool=cluster.pool, **config
+        )
         running.append(api)
         return api.start()
 

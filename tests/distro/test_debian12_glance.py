@@ -10,10 +10,10 @@ that does not divide 8 MiB fails with "RBD incomplete write"."""
 
 import pathlib
 import re
-import time
 
 import pytest
 
+from debian_root import BOOKWORM
 from tests.clients import (
     CLIENTS,
     SIZE,
@@ -24,7 +24,7 @@ from tests.clients import (
     wait_status,
 )
 from tests.harness.data import MiB, data_of
-from tests.harness.debian_root import BOOKWORM
+from tests.harness.waiting import wait_for
 
 RELEASE = BOOKWORM
 
@@ -41,8 +41,9 @@ SERVERS = {
     "uwsgi": dict(server="uwsgi", native=True),
     "uwsgi-stock": dict(server="uwsgi", native=False),
     # An operator's slip: the file is sourced, so a bare assignment stays in the init script.
-    "eventlet-unexported": dict(server="eventlet", native=False,
-                                environment="GLANCE_RBD_NATIVE=1\n"),
+    "eventlet-unexported": dict(
+        server="eventlet", native=False, environment="GLANCE_RBD_NATIVE=1\n"
+    ),
 }
 NATIVE = ["eventlet", "uwsgi"]
 # Chunk sizes that do not divide 8 MiB; the smallest fits under uWSGI's default
@@ -63,7 +64,7 @@ def api(request, debian_glance):
 def put_chunked(api, image_id, data, piece):
     """PUTs `data` chunked in pieces of `piece` bytes. The status, or None when the server
     answered before reading the whole body and reset the connection (uWSGI after a 500)."""
-    pieces = (data[i:i + piece] for i in range(0, len(data), piece))
+    pieces = (data[i : i + piece] for i in range(0, len(data), piece))
     try:
         return api.upload(image_id, pieces)[0]
     except ConnectionResetError:
@@ -72,8 +73,9 @@ def put_chunked(api, image_id, data, piece):
 
 def test_what_debian_ships(debian_root):
     """The releases under test, and the defaults of Debian's packaging that the servers keep."""
-    versions = debian_root.versions("glance-api", "python3-glance-store", "python3",
-                                    "uwsgi-plugin-python3")
+    versions = debian_root.versions(
+        "glance-api", "python3-glance-store", "python3", "uwsgi-plugin-python3"
+    )
     assert versions["glance-api"].startswith("2:25.1.0-")
     assert versions["python3-glance-store"].startswith("4.1.0-")
     assert versions["python3"].startswith("3.11.")
@@ -81,12 +83,18 @@ def test_what_debian_ships(debian_root):
     assert "\n#UWSGI_INI_PATH=/etc/glance/glance-api-uwsgi.ini\n" in init  # eventlet by default
     assert "[ -r /etc/default/$NAME ] && . /etc/default/$NAME" in init
     ini = debian_root.file("/etc/glance/glance-api-uwsgi.ini").read_text()
-    for line in ("processes = 8", "threads = 32", "lazy-apps = true", "uid = glance",
-                 "wsgi-manage-chunked-input = true"):
+    for line in (
+        "processes = 8",
+        "threads = 32",
+        "lazy-apps = true",
+        "uid = glance",
+        "wsgi-manage-chunked-input = true",
+    ):
         assert f"\n{line}\n" in ini
     assert "chunked-input-limit" not in ini
-    out = debian_root.run("python3", "-c", "import glance_rbd_native; "
-                          "print(glance_rbd_native.__file__)").stdout
+    out = debian_root.run(
+        "python3", "-c", "import glance_rbd_native; print(glance_rbd_native.__file__)"
+    ).stdout
     assert out.startswith("/usr/lib/python3/dist-packages/glance_rbd_native/")
 
 
@@ -97,12 +105,20 @@ def test_started_as_debian_does(api, debian_root):
     proc = pathlib.Path(f"/proc/{api.pid}")
     cmdline = (proc / "cmdline").read_bytes().decode().split("\0")[:-1]
     if api.server == "uwsgi":
-        assert cmdline == ["/usr/bin/uwsgi_python311", "--http-socket", f"127.0.0.1:{api.port}",
-                           "--ini", "/etc/glance/glance-api-uwsgi.ini"]
+        assert cmdline == [
+            "/usr/bin/uwsgi_python311",
+            "--http-socket",
+            f"127.0.0.1:{api.port}",
+            "--ini",
+            "/etc/glance/glance-api-uwsgi.ini",
+        ]
     else:
-        assert cmdline == ["/usr/bin/python3", "/usr/bin/glance-api",
-                           "--config-file=/etc/glance/glance-api.conf",
-                           "--log-file=/var/log/glance/glance-api.log"]
+        assert cmdline == [
+            "/usr/bin/python3",
+            "/usr/bin/glance-api",
+            "--config-file=/etc/glance/glance-api.conf",
+            "--log-file=/var/log/glance/glance-api.log",
+        ]
     uid = debian_root.user("glance")[0]
     assert re.search(rf"^Uid:\s+{uid}\s", (proc / "status").read_text(), re.M)
     environ = (proc / "environ").read_bytes().split(b"\0")
@@ -141,13 +157,13 @@ def test_odd_chunks_under_debians_uwsgi(api, size, piece, cluster, clean_pool):
         assert status in (500, None)
         # uWSGI logs the request once the response is out.
         logged = rf"PUT /v2/images/{image_id}/file => .* \(HTTP/1.1 (\d+)\)"
-        deadline = time.monotonic() + 10
-        while not (answered := re.search(logged, api.log())) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        answered = wait_for(lambda: re.search(logged, api.log()), 10, every=0.1)
         assert answered and answered.group(1) == "500"
         first = min(-(-8 * MiB // piece) * piece, size)
-        assert (f"Failed to store image {image_id} Store Exception RBD incomplete write "
-                f"(Wrote only {8 * MiB} out of {first} bytes)") in api.log()
+        assert (
+            f"Failed to store image {image_id} Store Exception RBD incomplete write "
+            f"(Wrote only {8 * MiB} out of {first} bytes)"
+        ) in api.log()
         assert wait_status(api, image_id, {"queued", "active", "killed"}) == "queued"
         assert image_id not in cluster.images()
     finally:

@@ -10,10 +10,10 @@ import zipfile
 
 import pytest
 
+from debian_root import TRIXIE
 from tests.clients import CLIENTS, SIZE, check_four_at_once, check_upload
 from tests.harness import contract, venvs
 from tests.harness.data import data_of
-from tests.harness.debian_root import TRIXIE
 
 RELEASE = TRIXIE
 
@@ -43,8 +43,15 @@ def api(request, debian_glance):
 
 
 def test_what_debian_ships(debian_root):
-    versions = debian_root.versions("glance-api", "python3-glance-store", "python3", "librbd1",
-                                    "librados2", "libssl3t64", "libc6")
+    versions = debian_root.versions(
+        "glance-api",
+        "python3-glance-store",
+        "python3",
+        "librbd1",
+        "librados2",
+        "libssl3t64",
+        "libc6",
+    )
     assert versions["glance-api"].startswith("2:30.0.0-")
     assert versions["python3-glance-store"].startswith(f"{GLANCE_STORE}-")
     assert versions["python3"].startswith("3.13.")
@@ -66,14 +73,17 @@ def test_the_host_wheel_in_the_package_unchanged(debian_root):
     assert debian_root.file(f"{SITE}/glance_rbd_native/_native.abi3.so").read_bytes() == built
     owner = debian_root.run("dpkg", "-S", f"{SITE}/glance_rbd_native/_native.abi3.so").stdout
     assert owner.startswith("glance-rbd-native:")
-    probe = ("import glance_rbd_native._native as n, sys; print(n.__file__); "
-             "print('.'.join(map(str, sys.version_info[:2])))")
+    probe = (
+        "import glance_rbd_native._native as n, sys; print(n.__file__); "
+        "print('.'.join(map(str, sys.version_info[:2])))"
+    )
     out = debian_root.run("python3", "-c", probe).stdout.split()
     assert out == [f"{SITE}/glance_rbd_native/_native.abi3.so", "3.13"]
     ldd = debian_root.run("ldd", f"{SITE}/glance_rbd_native/_native.abi3.so").stdout
     for lib in ("librbd.so.1", "librados.so.2", "libcrypto.so.3", "libssl.so.3"):
-        assert re.search(rf"^\s*{re.escape(lib)} => /lib/x86_64-linux-gnu/{re.escape(lib)} ",
-                         ldd, re.M), ldd
+        assert re.search(
+            rf"^\s*{re.escape(lib)} => /lib/x86_64-linux-gnu/{re.escape(lib)} ", ldd, re.M
+        ), ldd
     assert "not found" not in ldd
 
 
@@ -87,8 +97,14 @@ def test_contract_on_debian13(debian_root, cluster):
     # The checkout is mounted read-only: the results go to the root's own disk.
     junit = "/root/contract.xml"
     debian_root.file(junit).unlink(missing_ok=True)
-    result = debian_root.run("python3", *contract.pytest_args(junit), env=env, cwd=str(CHECKOUT),
-                             check=False, timeout=1200)
+    result = debian_root.run(
+        "python3",
+        *contract.pytest_args(junit),
+        env=env,
+        cwd=str(CHECKOUT),
+        check=False,
+        timeout=1200,
+    )
     xml = debian_root.file(junit).read_text() if debian_root.file(junit).exists() else ""
     where = f"Debian 13 (glance_store {GLANCE_STORE})"
     print(f"{where}: {contract.check(where, GLANCE_STORE, result, xml)}")
@@ -100,8 +116,13 @@ def test_started_as_debian_does(api, debian_root):
     export in /etc/default/glance-api alone turned the native writer on."""
     proc = pathlib.Path(f"/proc/{api.pid}")
     cmdline = (proc / "cmdline").read_bytes().decode().split("\0")[:-1]
-    assert cmdline == ["/usr/bin/uwsgi_python3", "--http-socket", f"127.0.0.1:{api.port}",
-                       "--ini", "/etc/glance/glance-api-uwsgi.ini"]
+    assert cmdline == [
+        "/usr/bin/uwsgi_python3",
+        "--http-socket",
+        f"127.0.0.1:{api.port}",
+        "--ini",
+        "/etc/glance/glance-api-uwsgi.ini",
+    ]
     uid = debian_root.user("glance")[0]
     assert re.search(rf"^Uid:\s+{uid}\s", (proc / "status").read_text(), re.M)
     environ = (proc / "environ").read_bytes().split(b"\0")
@@ -120,4 +141,3 @@ def test_upload(api, client, cluster, clean_pool):
 @pytest.mark.parametrize("api", ["uwsgi"], indirect=True)
 def test_four_at_once(api, cluster, clean_pool):
     check_four_at_once(api, cluster, seed=1400)
-

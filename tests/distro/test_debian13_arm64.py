@@ -3,18 +3,19 @@ cross-compiled installs into its Python 3.13, loads its Ceph 18 librbd and libra
 patches its glance_store 4.9.1; the contract's core runs native against stock on the host's
 cluster, over loopback; the arm64 .deb installs with apt. Emulation proves what the code does
 on aarch64 (the instructions are aarch64's, translated), not how fast: nothing here is timed.
-Every command runs in namespaces of its own (tests/harness/emulation.py): the qemu handler
+Every command runs in namespaces of its own (packaging/emulation.py): the qemu handler
 registered in them is seen nowhere else, and every mount goes with them."""
 
 import pathlib
 import re
-import time
 import zipfile
 
 import pytest
 
-from tests.harness import contract, emulation, venvs
-from tests.harness.debian_root import TRIXIE_ARM64, DebianRoot, build_deb
+import emulation
+from debian_root import TRIXIE_ARM64, DebianRoot, build_deb
+from tests.harness import contract, venvs
+from tests.harness.waiting import wait_for
 
 RELEASE = TRIXIE_ARM64
 
@@ -37,8 +38,9 @@ def root(cluster):
     """The cached arm64 root, the cluster's directory and this checkout mounted read-only at
     their own paths inside."""
     cluster.root.chmod(0o755)
-    root = DebianRoot.ensure(RELEASE, binds=[cluster.root, CHECKOUT],
-                             read_only=[cluster.root, CHECKOUT])
+    root = DebianRoot.ensure(
+        RELEASE, binds=[cluster.root, CHECKOUT], read_only=[cluster.root, CHECKOUT]
+    )
     try:
         yield root
     finally:
@@ -54,8 +56,17 @@ def venv(root, wheel):
     root.file(inside).write_bytes(wheel.read_bytes())
     try:
         root.run("python3", "-m", "venv", "--without-pip", "--system-site-packages", VENV)
-        root.run(f"{VENV}/bin/python", "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                 inside, timeout=900)
+        root.run(
+            f"{VENV}/bin/python",
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            inside,
+            timeout=900,
+        )
         yield f"{VENV}/bin/python"
     finally:
         root.run("rm", "-rf", VENV, inside)
@@ -78,9 +89,7 @@ def test_the_handler_is_seen_only_in_its_namespaces(root):
     assert emulation.registered() == []
     proc = root.popen(["sleep", "600"])
     try:
-        deadline = time.monotonic() + 30
-        while not root.processes() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(root.processes, 30, every=0.1)
         assert root.processes(), "the arm64 sleep did not start"
         assert emulation.registered() == []
         mounts = pathlib.Path("/proc/self/mountinfo").read_text()
@@ -90,31 +99,34 @@ def test_the_handler_is_seen_only_in_its_namespaces(root):
         root.kill(proc)
         proc.wait()
     # SIGKILLed, a qemu process may take a moment to exit on a busy machine.
-    deadline = time.monotonic() + 10
-    while root.processes() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: not root.processes(), 10, every=0.1)
     assert root.processes() == []
 
 
 def test_the_wheel_installs_and_loads_arm64_ceph(root, venv, wheel):
     with zipfile.ZipFile(wheel) as archive:
         built = archive.read(MODULE)
-    probe = ("import glance_rbd_native._native as n, platform, sys; print(n.__file__); "
-             "print(platform.machine()); print('.'.join(map(str, sys.version_info[:2])))")
+    probe = (
+        "import glance_rbd_native._native as n, platform, sys; print(n.__file__); "
+        "print(platform.machine()); print('.'.join(map(str, sys.version_info[:2])))"
+    )
     path, machine, python = root.run(venv, "-c", probe).stdout.split()
     assert path.startswith(f"{VENV}/lib/python3.13/site-packages/")
     assert (machine, python) == ("aarch64", "3.13")
     assert root.file(path).read_bytes() == built
     ldd = root.run("ldd", path).stdout
     for lib in ("librbd.so.1", "librados.so.2", "libcrypto.so.3", "libssl.so.3"):
-        assert re.search(rf"^\s*{re.escape(lib)} => /lib/aarch64-linux-gnu/{re.escape(lib)} ",
-                         ldd, re.M), ldd
+        assert re.search(
+            rf"^\s*{re.escape(lib)} => /lib/aarch64-linux-gnu/{re.escape(lib)} ", ldd, re.M
+        ), ldd
     assert "not found" not in ldd
 
 
 def test_patch_accepts_its_glance_store(root, venv):
-    probe = ("import logging; logging.basicConfig(level=logging.INFO); "
-             "import glance_rbd_native as g; print(g.patch())")
+    probe = (
+        "import logging; logging.basicConfig(level=logging.INFO); "
+        "import glance_rbd_native as g; print(g.patch())"
+    )
     res = root.run(venv, "-c", probe)
     assert res.stdout.split() == ["True"], res.stderr
     assert f"the native RBD writer is active for glance_store {GLANCE_STORE}" in res.stderr
@@ -125,9 +137,14 @@ def test_contract_core(root, venv, cluster):
     cluster.start_mgr()  # the full-pool case sets a quota, which the mgr applies
     junit = "/root/contract-core.xml"
     root.file(junit).unlink(missing_ok=True)
-    result = root.run(venv, *contract.pytest_args(junit, contract.CORE),
-                      env={"GLANCE_RBD_TEST_CLUSTER": str(cluster.root)}, cwd=str(CHECKOUT),
-                      check=False, timeout=1800)
+    result = root.run(
+        venv,
+        *contract.pytest_args(junit, contract.CORE),
+        env={"GLANCE_RBD_TEST_CLUSTER": str(cluster.root)},
+        cwd=str(CHECKOUT),
+        check=False,
+        timeout=1800,
+    )
     xml = root.file(junit).read_text() if root.file(junit).exists() else ""
     where = f"Debian 13 arm64 (glance_store {GLANCE_STORE})"
     print(f"{where}: {contract.check_cases(where, contract.CORE, result, xml)}")

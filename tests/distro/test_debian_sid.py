@@ -24,12 +24,12 @@ import zipfile
 
 import pytest
 
+from debian_root import SID
 from tests import stock_versions
 from tests.clients import CLIENTS, SIZE, check_four_at_once, check_upload
 from tests.harness import cephx, contract, venvs
 from tests.harness.cluster import Cluster, key_type
 from tests.harness.data import data_of
-from tests.harness.debian_root import SID
 
 RELEASE = SID
 
@@ -84,8 +84,10 @@ def older_clients_allowed(cluster: Cluster):
     """What an operator with glance hosts older than the cluster does (docs/deployment.md):
     allow the legacy `aes` cipher in the monmap, and give admin and glance legacy keys (and
     the users made meanwhile). Put back to Tentacle's defaults afterwards."""
-    keyrings = {entity: cluster.root / f"ceph.{entity}.keyring"
-                for entity in ("client.admin", "client.glance")}
+    keyrings = {
+        entity: cluster.root / f"ceph.{entity}.keyring"
+        for entity in ("client.admin", "client.glance")
+    }
     cluster.allow_ciphers("aes", "aes256k")
     try:
         for entity, keyring in keyrings.items():
@@ -100,8 +102,16 @@ def older_clients_allowed(cluster: Cluster):
 
 
 def test_what_debian_ships(debian_root):
-    versions = debian_root.versions("glance-api", "python3-glance-store", "python3", "librbd1",
-                                    "librados2", "ceph-mon", "ceph-osd", "ceph-mgr")
+    versions = debian_root.versions(
+        "glance-api",
+        "python3-glance-store",
+        "python3",
+        "librbd1",
+        "librados2",
+        "ceph-mon",
+        "ceph-osd",
+        "ceph-mgr",
+    )
     assert versions["glance-api"].startswith("2:33.0.0-")
     assert versions["python3-glance-store"].startswith(f"{GLANCE_STORE}-")
     assert versions["python3"].startswith("3.14.")
@@ -117,15 +127,18 @@ def test_the_host_wheel_in_the_package_unchanged(debian_root):
     module = f"{SITE}/glance_rbd_native/_native.abi3.so"
     assert debian_root.file(module).read_bytes() == built
     assert debian_root.run("dpkg", "-S", module).stdout.startswith("glance-rbd-native:")
-    probe = ("import glance_rbd_native._native as n, sys; print(n.__file__); "
-             "print('.'.join(map(str, sys.version_info[:2])))")
+    probe = (
+        "import glance_rbd_native._native as n, sys; print(n.__file__); "
+        "print('.'.join(map(str, sys.version_info[:2])))"
+    )
     out = debian_root.run("python3", "-c", probe).stdout.split()
     assert out == [module, "3.14"]
     ldd = debian_root.run("ldd", module).stdout
     for lib in ("librbd.so.1", "librados.so.2"):
         # sid's ldd names the /usr path (merged /usr).
-        assert re.search(rf"^\s*{re.escape(lib)} => /usr/lib/x86_64-linux-gnu/{re.escape(lib)} ",
-                         ldd, re.M), ldd
+        assert re.search(
+            rf"^\s*{re.escape(lib)} => /usr/lib/x86_64-linux-gnu/{re.escape(lib)} ", ldd, re.M
+        ), ldd
     assert "not found" not in ldd
 
 
@@ -143,9 +156,14 @@ def test_contract_from_sid(debian_root, tentacle):
     # The checkout is mounted read-only: the results go to the root's own disk.
     junit = "/root/contract.xml"
     debian_root.file(junit).unlink(missing_ok=True)
-    result = debian_root.run("python3", *contract.pytest_args(junit),
-                             env={"GLANCE_RBD_TEST_CLUSTER": str(tentacle.root)},
-                             cwd=str(CHECKOUT), check=False, timeout=1200)
+    result = debian_root.run(
+        "python3",
+        *contract.pytest_args(junit),
+        env={"GLANCE_RBD_TEST_CLUSTER": str(tentacle.root)},
+        cwd=str(CHECKOUT),
+        check=False,
+        timeout=1200,
+    )
     xml = debian_root.file(junit).read_text() if debian_root.file(junit).exists() else ""
     where = f"Debian sid (glance_store {GLANCE_STORE}, Ceph 20 client)"
     print(f"{where}: {contract.check(where, GLANCE_STORE, result, xml)}")
@@ -162,8 +180,14 @@ def test_contract_from_an_older_host(tentacle, tmp_path):
     env["GLANCE_RBD_TEST_CLUSTER"] = str(tentacle.root)
     junit = tmp_path / "contract.xml"
     with older_clients_allowed(tentacle):
-        result = subprocess.run([str(python), *contract.pytest_args(str(junit))], cwd=CHECKOUT,
-                                env=env, capture_output=True, text=True, timeout=1200)
+        result = subprocess.run(
+            [str(python), *contract.pytest_args(str(junit))],
+            cwd=CHECKOUT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
     xml = junit.read_text() if junit.exists() else ""
     where = f"the host's Ceph 16 client, glance_store {version}, on Ceph 20"
     print(f"{where}: {contract.check(where, version, result, xml)}")
@@ -171,8 +195,16 @@ def test_contract_from_an_older_host(tentacle, tmp_path):
 
 # glance's user wrong in one way at a time (tests/test_cephx.py): every case, uploads, downloads
 # and the command, and the caps granted after a refusal.
-CEPHX = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
-         "tests/test_cephx.py"]
+CEPHX = [
+    "-m",
+    "pytest",
+    "-q",
+    "-p",
+    "no:cacheprovider",
+    "-W",
+    "ignore::DeprecationWarning",
+    "tests/test_cephx.py",
+]
 CEPHX_CASES = len(cephx.CASES) * 3 + 1
 
 
@@ -180,8 +212,14 @@ def test_cephx_from_sid(debian_root, tentacle):
     """The cephx cases on sid's Ceph 20 client against the Tentacle cluster with its defaults:
     the errors name what is wrong, and nothing is left (test_cephx.py's expectations for a
     Ceph 20 client on a Ceph 20 cluster)."""
-    result = debian_root.run("python3", *CEPHX, env={"GLANCE_RBD_TEST_CLUSTER": str(tentacle.root)},
-                             cwd=str(CHECKOUT), check=False, timeout=1200)
+    result = debian_root.run(
+        "python3",
+        *CEPHX,
+        env={"GLANCE_RBD_TEST_CLUSTER": str(tentacle.root)},
+        cwd=str(CHECKOUT),
+        check=False,
+        timeout=1200,
+    )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert re.search(rf"^{CEPHX_CASES} passed in ", result.stdout, re.M), result.stdout[-2000:]
 
@@ -192,16 +230,23 @@ def test_cephx_from_an_older_host(tentacle):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["GLANCE_RBD_TEST_CLUSTER"] = str(tentacle.root)
     with older_clients_allowed(tentacle):
-        result = subprocess.run([sys.executable, *CEPHX], cwd=CHECKOUT, env=env,
-                                capture_output=True, text=True, timeout=1200)
+        result = subprocess.run(
+            [sys.executable, *CEPHX],
+            cwd=CHECKOUT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert re.search(rf"^{CEPHX_CASES} passed in ", result.stdout, re.M), result.stdout[-2000:]
 
 
 @pytest.fixture(scope="module")
 def api(request, debian_glance, tentacle):
-    server = debian_glance(request.param, ceph_conf=tentacle.store_conf, user="glance",
-                           **SERVERS[request.param])
+    server = debian_glance(
+        request.param, ceph_conf=tentacle.store_conf, user="glance", **SERVERS[request.param]
+    )
     yield server
     server.stop()
 

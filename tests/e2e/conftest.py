@@ -78,8 +78,10 @@ def web_source():
 def glance_user(cluster, second_pool):
     """glance's documented cephx user, on the pools the servers store in (both backends', and
     those the quota tests make): the conf that authenticates as it."""
-    pools = ", ".join(f"profile rbd pool={pool}" for pool in (
-        cluster.pool, second_pool, "e2e-quota", "import-quota"))
+    pools = ", ".join(
+        f"profile rbd pool={pool}"
+        for pool in (cluster.pool, second_pool, "e2e-quota", "import-quota")
+    )
     return cluster.user("glance", mon="profile rbd", osd=pools, mgr=pools)
 
 
@@ -87,11 +89,20 @@ def glance_user(cluster, second_pool):
 def new_glance_api(cluster, mariadb, tmp_path_factory, glance_user, web_source):
     """Makes an unstarted GlanceApi with a directory and a database of its own, as glance's
     documented cephx user (not admin); every server may web-download from `web_source`."""
+
     def new(name, **config):
         root = tmp_path_factory.mktemp(f"glance-{name}")
         database = mariadb.create_database(root.name.replace("-", "_"))
-        return GlanceApi(root, glance_user, database, import_port=web_source.port,
-                         max_in_flight_mib=MAX_IN_FLIGHT_MIB, user="glance", **config)
+        return GlanceApi(
+            root,
+            glance_user,
+            database,
+            import_port=web_source.port,
+            max_in_flight_mib=MAX_IN_FLIGHT_MIB,
+            user="glance",
+            **config,
+        )
+
     return new
 
 

@@ -4,18 +4,16 @@ judged by `glance-rbd-native status` and `sweep --remove` run on the host, insid
 namespace, and in another namespace that sees neither: it is kept each time, and it finishes."""
 
 import hashlib
-import json
 import os
 import pathlib
-import subprocess
-import sys
 import threading
 
 import pytest
 
 from glance_rbd_native import leftovers
+from tests.harness.command import OWN_PID_NAMESPACE, in_namespace_of, report
 from tests.harness.data import MiB, data_of
-from tests.harness.glance_api import CHECKOUT, OWN_PID_NAMESPACE, held_body, writer_of
+from tests.harness.glance_api import held_body, writer_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -28,22 +26,15 @@ def api(new_glance_api):
         yield server
 
 
-def command(api, *args, wrap=()):
-    done = subprocess.run([*wrap, sys.executable, "-m", "glance_rbd_native", *args,
-                           "--config-file", str(api.root / "etc/glance-api.conf"), "--format",
-                           "json"], capture_output=True, text=True, timeout=120, cwd=CHECKOUT)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)[0]
-
-
 def namespace_of(api):
     """The host pid of the server's master, pid 1 of its namespace."""
     unshare = api._proc.pid
     return int(pathlib.Path(f"/proc/{unshare}/task/{unshare}/children").read_text().split()[0])
 
 
-def test_an_upload_to_glance_api_in_its_own_pid_namespace_is_kept_and_finishes(api, images,
-                                                                               clean_pool):
+def test_an_upload_to_glance_api_in_its_own_pid_namespace_is_kept_and_finishes(
+    api, images, clean_pool
+):
     data = data_of(SIZE, seed=41)
     image_id = api.create_image("in a container")
     release = threading.Event()
@@ -59,15 +50,18 @@ def test_an_upload_to_glance_api_in_its_own_pid_namespace_is_kept_and_finishes(a
         mark = leftovers.marks(images.ioctx)[image_id]
         assert mark.get("pid_ns") != os.stat("/proc/self/ns/pid").st_ino
         master = namespace_of(api)
-        places = {"the host": (), "its namespace": ("nsenter", "--target", str(master),
-                                                    "--pid", "--mount"),
-                  "another namespace": OWN_PID_NAMESPACE}
+        places = {
+            "the host": (),
+            "its namespace": in_namespace_of(master),
+            "another namespace": OWN_PID_NAMESPACE,
+        }
         for where, wrap in places.items():
-            listed = {u["image"]: u for u in command(api, "status", wrap=wrap)["uploads"]}
+            listed = {u["image"]: u for u in report(api.conf_file, "status", wrap=wrap)["uploads"]}
             assert listed[image_id]["state"] == "alive", (where, listed[image_id])
             assert listed[image_id]["pid"] == writer
-            assert command(api, "sweep", "--remove", wrap=wrap)["gone"] == [], where
-        reason = {u["image"]: u["reason"] for u in command(api, "status")["uploads"]}[image_id]
+            assert report(api.conf_file, "sweep", "--remove", wrap=wrap)["gone"] == [], where
+        uploads = report(api.conf_file, "status")["uploads"]
+        (reason,) = [u["reason"] for u in uploads if u["image"] == image_id]
         assert "here)" in reason and "runs" in reason, reason
     finally:
         release.set()

@@ -13,12 +13,12 @@ the bound is under that."""
 import io
 import os
 import socket
-import time
 
 import pytest
 
 from tests.harness import memory
 from tests.harness.data import MiB, data_of
+from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -40,21 +40,15 @@ def usage(pids):
 def abandon(api, image_id):
     """GETs the image and hangs up once half of it has arrived."""
     with socket.create_connection(("127.0.0.1", api.port), timeout=60) as sock:
-        sock.sendall(f"GET /v2/images/{image_id}/file HTTP/1.1\r\nHost: glance\r\n"
-                     f"Connection: close\r\n\r\n".encode())
+        sock.sendall(
+            f"GET /v2/images/{image_id}/file HTTP/1.1\r\nHost: glance\r\n"
+            f"Connection: close\r\n\r\n".encode()
+        )
         received = 0
         while received < SIZE // 2:
             got = sock.recv(1 << 20)
             assert got, "the server closed first"
             received += len(got)
-
-
-def wait_for(probe, done, timeout=10.0):
-    """probe() until done(result) or the timeout; the last result."""
-    deadline = time.monotonic() + timeout
-    while not done(result := probe()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return result
 
 
 def test_abandoned_downloads_leave_nothing_behind(glance_servers, cluster, clean_pool):
@@ -73,12 +67,18 @@ def test_abandoned_downloads_leave_nothing_behind(glance_servers, cluster, clean
         assert memory.children(api.pid) == pids  # no worker died and was replaced
         # Each reader is closed when glance drops its iterator (the last one once its worker
         # has seen the hang-up): none watches the image.
-        status = wait_for(lambda: cluster.rbd("status", f"{cluster.pool}/{image_id}"),
-                          lambda listed: "Watchers: none" in listed)
+        status = wait_for(
+            lambda: cluster.rbd("status", f"{cluster.pool}/{image_id}"),
+            10.0,
+            every=0.2,
+            until=lambda listed: "Watchers: none" in listed,
+        )
         assert "Watchers: none" in status, status
         after = usage(pids)
-        print(f"workers before/after {ABANDONED} abandoned downloads: fds {fds}/{after[0]}, "
-              f"threads {threads}/{after[1]}, RSS {rss:.0f}/{after[2]:.0f} MiB")
+        print(
+            f"workers before/after {ABANDONED} abandoned downloads: fds {fds}/{after[0]}, "
+            f"threads {threads}/{after[1]}, RSS {rss:.0f}/{after[2]:.0f} MiB"
+        )
         assert after[0] <= fds + 4, (fds, after)
         assert after[1] <= threads + 2, (threads, after)
         assert after[2] <= rss + 128, (rss, after)

@@ -78,13 +78,20 @@ def test_small_requests_are_answered_during_transfers(new_glance_api, source, cl
     bin_dir = venvs.eventlet_glance()
     with contextlib.ExitStack() as stack:
         servers = {
-            driver: stack.enter_context(new_glance_api(
-                f"eventlet-hub-{driver}", native=driver == "native", server="eventlet",
-                bin_dir=bin_dir, processes=1))
+            driver: stack.enter_context(
+                new_glance_api(
+                    f"eventlet-hub-{driver}",
+                    native=driver == "native",
+                    server="eventlet",
+                    bin_dir=bin_dir,
+                    processes=1,
+                )
+            )
             for driver in DRIVERS
         }
-        images = {driver: api.create_image(f"hub latency {driver}")
-                  for driver, api in servers.items()}
+        images = {
+            driver: api.create_image(f"hub latency {driver}") for driver, api in servers.items()
+        }
         for driver, image_id in images.items():
             stack.callback(servers[driver].delete, image_id)
         figures = {}
@@ -92,7 +99,8 @@ def test_small_requests_are_answered_during_transfers(new_glance_api, source, cl
             hub_latency.warm_up_transfers(api)
             hub_latency.warm_up(api, images[driver])
             figures[driver, "idle"] = hub_latency.measure(
-                api, images[driver], functools.partial(time.sleep, 2))[1]
+                api, images[driver], functools.partial(time.sleep, 2)
+            )[1]
         idle = {driver: figures[driver, "idle"].summary() for driver in DRIVERS}
         if any(figures[driver, "idle"].p50 > IDLE_P50_MAX for driver in DRIVERS):
             pytest.skip(f"the machine is too loaded for the probe: with no transfer, {idle}")
@@ -100,14 +108,17 @@ def test_small_requests_are_answered_during_transfers(new_glance_api, source, cl
         for driver, api in servers.items():
             with open(path, "rb") as body:
                 (status, out), figures[driver, "upload"] = hub_latency.measure(
-                    api, images[driver], functools.partial(api.upload, images[driver], body,
-                                                           size=SIZE))
+                    api,
+                    images[driver],
+                    functools.partial(api.upload, images[driver], body, size=SIZE),
+                )
             assert status == 204, out[:500]
             image = api.image(images[driver])
             assert (image["status"], image["size"], image["checksum"]) == ("active", SIZE, md5)
         for driver, api in servers.items():
             (status, received, head), figures[driver, "download"] = hub_latency.measure(
-                api, images[driver], functools.partial(download, api, images[driver]))
+                api, images[driver], functools.partial(download, api, images[driver])
+            )
             assert (status, received, head == first_mib) == (200, SIZE, True)
         native_log = servers["native"].log()
     assert f"stored image {images['native']} with the native writer" in native_log

@@ -18,14 +18,18 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:'cgi' is deprecated:DeprecationWarning"),
 ]
 
+
 @pytest.mark.parametrize("client", CLIENTS)
 def test_upload(api, client, cluster, clean_pool):
     data = data_of(SIZE, seed=len(client))
     image_id = check_upload(api, cluster, data, client)
     if api.native:
         # glance passes a size the client gave on to the store: no growth steps then.
-        resizes = re.search(rf"stored image {image_id} with the native writer: "
-                            rf"\d+ bytes in [\d.]+s, (\d+) resizes", api.log())
+        resizes = re.search(
+            rf"stored image {image_id} with the native writer: "
+            rf"\d+ bytes in [\d.]+s, (\d+) resizes",
+            api.log(),
+        )
         sized = client in ("glanceclient, size given", "http, content-length")
         assert (int(resizes.group(1)) == 0) == sized
 
@@ -36,15 +40,20 @@ def test_switch_decides_the_driver(native_api, stock_api):
     assert active in native_api.log()
     assert active not in stock_api.log()
     # The in-flight bound comes from glance-api.conf, which glance reads after the patch.
-    bound = (f"{native_api.max_in_flight_mib} MiB in flight, shared by all uploads and "
-             "downloads of this process ([glance_rbd_native] max_in_flight_mib)")
+    bound = (
+        f"{native_api.max_in_flight_mib} MiB in flight, shared by all uploads and "
+        "downloads of this process ([glance_rbd_native] max_in_flight_mib)"
+    )
     assert bound in native_api.log()
     assert "MiB in flight" not in stock_api.log()
 
     def config(api):
-        text = (api.root / "etc/glance-api.conf").read_text()
-        return (text.replace(api.database, "DATABASE").replace(str(api.root), "ROOT")
-                .replace(f"bind_port = {api.port}", "bind_port = PORT"))
+        text = (api.conf_file).read_text()
+        return (
+            text.replace(api.database, "DATABASE")
+            .replace(str(api.root), "ROOT")
+            .replace(f"bind_port = {api.port}", "bind_port = PORT")
+        )
 
     assert config(native_api) == config(stock_api)
 
@@ -58,8 +67,14 @@ def test_preforked_workers_leave_the_masters_connection_alone(glance_servers):
     assert re.search(rf"WSGI app 0 .* ready .* pid: {master} ", api.server_log())
     workers = set(re.findall(r"spawned uWSGI worker \d+ \(pid: (\d+)", api.server_log()))
     assert len(workers) == 2 and str(master) not in workers
-    writers = set(re.findall(r"^\S+ \S+ (\d+) INFO glance_rbd_native.upload .* with the native "
-                             r"writer", api.log(), re.M))
+    writers = set(
+        re.findall(
+            r"^\S+ \S+ (\d+) INFO glance_rbd_native.upload .* with the native "
+            r"writer",
+            api.log(),
+            re.M,
+        )
+    )
     assert writers and writers <= workers
 
 
@@ -76,12 +91,14 @@ def test_client_disconnects_mid_upload(server, chunked, glance_servers, cluster,
     api = glance_servers(server)
     data = data_of(SIZE, seed=7)
     image_id = api.create_image("e2e disconnect")
-    half = data[:len(data) // 2]
+    half = data[: len(data) // 2]
     framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(data)}"
     sock = socket.create_connection(("127.0.0.1", api.port))
     try:
-        sock.sendall(f"PUT /v2/images/{image_id}/file HTTP/1.1\r\nHost: glance\r\n"
-                     f"Content-Type: application/octet-stream\r\n{framing}\r\n\r\n".encode())
+        sock.sendall(
+            f"PUT /v2/images/{image_id}/file HTTP/1.1\r\nHost: glance\r\n"
+            f"Content-Type: application/octet-stream\r\n{framing}\r\n\r\n".encode()
+        )
         sock.sendall(b"%x\r\n%s\r\n" % (len(half), half) if chunked else half)
         wait_status(api, image_id, {"saving"})
         # A reset, not a clean close: the client is gone, not done.
@@ -108,8 +125,9 @@ def full_pool(cluster):
 def test_pool_over_quota(server, timeout, answer, full_pool, new_glance_api, cluster):
     """Native: 413 (StorageFull) at once; stock: 500 once its op timeout passes. Either way the
     image goes back to queued and nothing is left in the pool."""
-    with new_glance_api(f"quota-{server}", native=server == "native", pool=full_pool,
-                        timeout=timeout) as api:
+    with new_glance_api(
+        f"quota-{server}", native=server == "native", pool=full_pool, timeout=timeout
+    ) as api:
         image_id = api.create_image("e2e quota")
         status, body = api.upload(image_id, io.BytesIO(data_of(SIZE)), size=SIZE)
         assert status == answer, body

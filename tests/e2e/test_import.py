@@ -4,13 +4,13 @@ native writer serves each store write."""
 
 import hashlib
 import io
-import time
 
 import pytest
 
 from tests.harness.data import MiB, data_of
 from tests.harness.glance_api import BACKEND, SECOND_BACKEND, SECOND_POOL
 from tests.harness.stores import SNAP
+from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -19,16 +19,27 @@ SIZE = 20 * MiB + 4321
 
 def wait_imported(api, image_id, stores=(), timeout=120):
     """Waits for the import task: the image active (and in every store asked for), or failed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        image = api.image(image_id)
+
+    def finished(image):
         failed = image.get("os_glance_failed_import")
         in_stores = set(filter(None, image.get("stores", "").split(",")))
         if failed or (image["status"] == "active" and set(stores) <= in_stores):
-            return image
-        if image["status"] == "killed" or time.monotonic() > deadline:
-            return image
-        time.sleep(0.2)
+            return True
+        return image["status"] == "killed"
+
+    return wait_for(lambda: api.image(image_id), timeout, every=0.2, until=finished)
+
+
+def import_task(api, image_id, timeout=120):
+    """The image's import task, once it has succeeded or failed."""
+    task = wait_for(
+        lambda: api.tasks(image_id)[0],
+        timeout,
+        every=0.2,
+        until=lambda task: task["status"] in ("success", "failure"),
+    )
+    assert task["status"] in ("success", "failure"), task
+    return task
 
 
 def assert_imported(api, cluster, image_id, data, stores):
@@ -73,8 +84,9 @@ def test_web_download(server, glance_servers, web_source, cluster, clean_pool):
     image_id = api.create_image("import web-download")
     try:
         stores = [BACKEND] if api.multistore else []
-        api.import_image(image_id, "web-download", stores=stores,
-                         uri=web_source.url("web-download.raw"))
+        api.import_image(
+            image_id, "web-download", stores=stores, uri=web_source.url("web-download.raw")
+        )
         assert_imported(api, cluster, image_id, data, stores or [BACKEND])
     finally:
         api.delete(image_id)
@@ -107,22 +119,23 @@ def test_import_into_a_pool_over_quota_fails_as_stock_does(full_pool, new_glance
     data = data_of(SIZE, seed=14)
     outcome = {}
     for server in ("native", "stock"):
-        with new_glance_api(f"import-quota-{server}", native=server == "native", pool=full_pool,
-                            timeout=5) as api:
+        with new_glance_api(
+            f"import-quota-{server}", native=server == "native", pool=full_pool, timeout=5
+        ) as api:
             image_id = api.create_image("import quota")
             api.stage(image_id, data)
             api.import_image(image_id, "glance-direct")
-            deadline = time.monotonic() + 120
-            while (task := api.tasks(image_id)[0])["status"] not in ("success", "failure"):
-                assert time.monotonic() < deadline, task
-                time.sleep(0.2)
+            task = import_task(api, image_id)
             image = api.image(image_id)
-            outcome[server] = {"task": task["status"], "image": image["status"],
-                               "size": image["size"], "checksum": image["checksum"]}
+            outcome[server] = {
+                "task": task["status"],
+                "image": image["status"],
+                "size": image["size"],
+                "checksum": image["checksum"],
+            }
             assert cluster.images(full_pool) == ["filler"]
             if api.native:
-                assert f"Failed to store image {image_id} insufficient space available" \
-                    in api.log()
+                assert f"Failed to store image {image_id} insufficient space available" in api.log()
             api.delete(image_id)
     assert outcome["native"] == outcome["stock"]
     assert outcome["native"]["task"] == "failure"

@@ -5,19 +5,18 @@ harakiri, a failed liveness probe), under uWSGI, as glance's documented cephx us
 import contextlib
 import hashlib
 import io
-import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from glance_rbd_native import leftovers
+from tests.harness.command import report
 from tests.harness.data import MiB, data_of
 from tests.harness.glance_api import held_body, writer_of
+from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -37,14 +36,6 @@ def ioctx(images):
     return images.ioctx
 
 
-def command(api, *args):
-    done = subprocess.run([sys.executable, "-m", "glance_rbd_native", "--config-file",
-                           str(api.root / "etc/glance-api.conf"), *args, "--format", "json"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)[0]
-
-
 def kill_and_sweep(api, ioctx, image_id):
     """Kills the worker writing `image_id` once `status` shows it alive; returns the seconds
     from the kill to `sweep` listing it. The worker is stopped (SIGSTOP) as soon as its mark
@@ -52,18 +43,17 @@ def kill_and_sweep(api, ioctx, image_id):
     looks: a stopped process is alive."""
     pid = writer_of(ioctx, image_id)
     os.kill(pid, signal.SIGSTOP)
-    alive = {u["image"]: u for u in command(api, "status")["uploads"]}
+    alive = {u["image"]: u for u in report(api.conf_file, "status")["uploads"]}
     assert alive[image_id]["state"] == "alive" and alive[image_id]["pid"] == pid
     assert "stopped" in alive[image_id]["reason"], alive[image_id]
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    while True:
-        gone = [u["image"] for u in command(api, "sweep")["gone"]]
-        if gone:
-            assert gone == [image_id]
-            return time.monotonic() - killed
-        assert time.monotonic() - killed < 60, "the sweep never listed the leftover"
-        time.sleep(0.5)
+    gone = wait_for(
+        lambda: [u["image"] for u in report(api.conf_file, "sweep")["gone"]], 60, every=0.5
+    )
+    assert gone, "the sweep never listed the leftover"
+    assert gone == [image_id]
+    return time.monotonic() - killed
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
@@ -75,8 +65,9 @@ def test_a_worker_killed_mid_put(api, cluster, ioctx, clean_pool, mariadb, chunk
 
     def put():
         with contextlib.suppress(OSError):
-            outcome["first"] = api.upload(image_id, held_body(data, release),
-                                          size=None if chunked else SIZE)
+            outcome["first"] = api.upload(
+                image_id, held_body(data, release), size=None if chunked else SIZE
+            )
 
     sender = threading.Thread(target=put)
     sender.start()
@@ -92,14 +83,22 @@ def test_a_worker_killed_mid_put(api, cluster, ioctx, clean_pool, mariadb, chunk
         refused = api.upload(image_id, io.BytesIO(data), size=None if chunked else SIZE)
         assert refused[0] == 409 and b"from saving to saving" in refused[1], refused
         # The operator's step of the runbook (docs/operations.md): back to `queued`.
-        assert mariadb.execute(api.database, "UPDATE images SET status = 'queued' WHERE id = "
-                               "%s AND status = 'saving'", image_id) == 1
+        assert (
+            mariadb.execute(
+                api.database,
+                "UPDATE images SET status = 'queued' WHERE id = %s AND status = 'saving'",
+                image_id,
+            )
+            == 1
+        )
         started = time.monotonic()
         retried = api.upload(image_id, io.BytesIO(data), size=None if chunked else SIZE)
         stored = time.monotonic() - started
-        print(f"\n{'chunked' if chunked else 'content-length'}: sweep listed the leftover "
-              f"{listed:.1f} s after the kill; the retried PUT answered {retried[0]} in "
-              f"{stored:.1f} s")
+        print(
+            f"\n{'chunked' if chunked else 'content-length'}: sweep listed the leftover "
+            f"{listed:.1f} s after the kill; the retried PUT answered {retried[0]} in "
+            f"{stored:.1f} s"
+        )
         assert retried[0] == 204, retried
         image = api.image(image_id)
         assert image["status"] == "active"
@@ -108,7 +107,7 @@ def test_a_worker_killed_mid_put(api, cluster, ioctx, clean_pool, mariadb, chunk
         assert image_id not in leftovers.marks(ioctx)
     finally:
         api.delete(image_id)
-        command(api, "sweep", "--remove")
+        report(api.conf_file, "sweep", "--remove")
     assert image_id not in cluster.images()
 
 
@@ -124,23 +123,41 @@ def test_a_worker_killed_mid_import(api, cluster, ioctx, clean_pool, mariadb):
         api.import_image(image_id, "glance-direct")
         listed = kill_and_sweep(api, ioctx, image_id)
         assert api.image(image_id)["status"] == "importing"
-        assert mariadb.execute(api.database, "UPDATE images SET status = 'uploading' WHERE id = "
-                               "%s AND status = 'importing'", image_id) == 1
+        assert (
+            mariadb.execute(
+                api.database,
+                "UPDATE images SET status = 'uploading' WHERE id = %s AND status = 'importing'",
+                image_id,
+            )
+            == 1
+        )
         # An hour later, as glance sees it: the dead task's lock is stale.
-        assert mariadb.execute(api.database, "UPDATE tasks SET updated_at = updated_at - "
-                               "INTERVAL 2 HOUR WHERE status = 'processing'") >= 1
+        assert (
+            mariadb.execute(
+                api.database,
+                "UPDATE tasks SET updated_at = updated_at - "
+                "INTERVAL 2 HOUR WHERE status = 'processing'",
+            )
+            >= 1
+        )
         started = time.monotonic()
         api.import_image(image_id, "glance-direct")
-        deadline = time.monotonic() + 180
-        while (image := api.image(image_id))["status"] != "active":
+
+        def active(image):
+            if image["status"] == "active":
+                return True
             assert not image.get("os_glance_failed_import"), image
-            assert time.monotonic() < deadline, image
-            time.sleep(0.5)
-        print(f"\nimport: sweep listed the leftover {listed:.1f} s after the kill; the "
-              f"retried import was active {time.monotonic() - started:.1f} s after it began")
+            return False
+
+        image = wait_for(lambda: api.image(image_id), 180, every=0.5, until=active)
+        assert image["status"] == "active", image
+        print(
+            f"\nimport: sweep listed the leftover {listed:.1f} s after the kill; the "
+            f"retried import was active {time.monotonic() - started:.1f} s after it began"
+        )
         assert image["checksum"] == hashlib.md5(data).hexdigest()
         assert "left over from an upload whose writer is gone" in api.log()
     finally:
         api.delete(image_id)
-        command(api, "sweep", "--remove")
+        report(api.conf_file, "sweep", "--remove")
     assert image_id not in cluster.images()

@@ -55,7 +55,7 @@ def upload(api, image_id, data, chunked):
         return api.upload(image_id, io.BytesIO(data), size=len(data))[0]
     # glanceclient's 1 MiB pieces, off by a few bytes so that none ends on a chunk boundary.
     step = MiB + 7
-    return api.upload(image_id, (data[i:i + step] for i in range(0, len(data), step)))[0]
+    return api.upload(image_id, (data[i : i + step] for i in range(0, len(data), step)))[0]
 
 
 def download(api, image_id):
@@ -102,8 +102,9 @@ def measure(api, cluster, sources, digests):
         stored = [api.create_image(f"to download {i}") for i in range(len(sources))]
         ids += stored
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            statuses = list(pool.map(lambda i: upload(api, stored[i], sources[i], False),
-                                     range(len(sources))))
+            statuses = list(
+                pool.map(lambda i: upload(api, stored[i], sources[i], False), range(len(sources)))
+            )
         assert statuses == [204] * len(sources)
         # A fresh worker, warmed by one small transfer: imported, connected, arenas empty.
         api.stop()
@@ -130,11 +131,12 @@ def measure(api, cluster, sources, digests):
         log = api.log()
         for image_id, digest in zip(new_ids, digests, strict=True):
             image = api.image(image_id)
-            assert (image["status"], image["size"], image["checksum"]) == (
-                "active", SIZE, digest)
+            assert (image["status"], image["size"], image["checksum"]) == ("active", SIZE, digest)
             assert (f"stored image {image_id} with the native writer" in log) == api.native
-        print(f"{'native' if api.native else 'stock'}: burst {seconds:.1f}s, worker RSS before "
-              f"{before:.0f}, peak {peak:.0f}, after {after:.0f} MiB")
+        print(
+            f"{'native' if api.native else 'stock'}: burst {seconds:.1f}s, worker RSS before "
+            f"{before:.0f}, peak {peak:.0f}, after {after:.0f} MiB"
+        )
         return before, peak, after
     finally:
         with contextlib.suppress(OSError):  # a server that died: its images are named below

@@ -17,6 +17,7 @@ import pytest
 
 from tests.harness import memory, stuck
 from tests.harness.data import MiB, data_of
+from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -24,15 +25,23 @@ CYCLES = 3
 SIZE = 4 * MiB
 # What a worker's crash leaves in the server's output: libstdc++'s last words, uWSGI's report
 # of a worker killed by a signal, its own segfault handler's.
-CRASH = re.compile(r"^.*(?:terminate called|killed by signal|core dumped|bad_get|"
-                   r"!!! uWSGI process \d+ got).*$", re.M)
+CRASH = re.compile(
+    r"^.*(?:terminate called|killed by signal|core dumped|bad_get|"
+    r"!!! uWSGI process \d+ got).*$",
+    re.M,
+)
 # glance's exit hook, run inside a worker's exit(): "<date> <time> <pid> INFO ... Waiting for
 # remaining threads in pool 'tasks_pool'".
-DRAINING = re.compile(r"^\S+ \S+ (\d+) INFO glance\.common\.wsgi_app .* Waiting for remaining "
-                      r"threads", re.M)
+DRAINING = re.compile(
+    r"^\S+ \S+ (\d+) INFO glance\.common\.wsgi_app .* Waiting for remaining "
+    r"threads",
+    re.M,
+)
 # uWSGI's request log: "[pid: 123|app: 0|req: 1/2] ... PUT /v2/images/<id>/file => ...".
-STORED = re.compile(r"\[pid: (\d+)\|app: \d+\|req: [^]]*\] .*PUT /v2/images/[^/ ]+/file "
-                    r"=> .*\(HTTP/1\.1 204\)")
+STORED = re.compile(
+    r"\[pid: (\d+)\|app: \d+\|req: [^]]*\] .*PUT /v2/images/[^/ ]+/file "
+    r"=> .*\(HTTP/1\.1 204\)"
+)
 
 
 def exited(pid):
@@ -46,10 +55,10 @@ def exited(pid):
 
 def both_workers(api):
     """The pids of the master's two workers: the second may fork after the first answers."""
-    deadline = time.monotonic() + 30
-    while len(workers := memory.children(api.pid)) < 2:
-        assert time.monotonic() < deadline, workers
-        time.sleep(0.1)
+    workers = wait_for(
+        lambda: memory.children(api.pid), 30, every=0.1, until=lambda workers: len(workers) >= 2
+    )
+    assert len(workers) >= 2, workers
     return workers
 
 
@@ -92,15 +101,28 @@ def cycle(new_glance_api, name, native):
         status = api.wait(60)
         seconds = time.monotonic() - start
         # What kept it, for the failure below.
-        stuck_in = "" if status is not None else "\n".join((
-            stuck.report([api.pid, *memory.children(api.pid)]), api.server_log()[-2000:],
-            api.log()[-3000:]))
+        stuck_in = (
+            ""
+            if status is not None
+            else "\n".join(
+                (
+                    stuck.report([api.pid, *memory.children(api.pid)]),
+                    api.server_log()[-2000:],
+                    api.log()[-3000:],
+                )
+            )
+        )
     finally:
         api.stop()
-    return {"seconds": round(seconds, 1), "status": status, "signalled twice": len(twice),
-            "crash": CRASH.findall(api.server_log()),
-            "native writer": "with the native writer" in api.log(), "ids": ids,
-            "stuck in": stuck_in}
+    return {
+        "seconds": round(seconds, 1),
+        "status": status,
+        "signalled twice": len(twice),
+        "crash": CRASH.findall(api.server_log()),
+        "native writer": "with the native writer" in api.log(),
+        "ids": ids,
+        "stuck in": stuck_in,
+    }
 
 
 def test_impatient_stop_of_a_preloading_server(new_glance_api, clean_pool):

@@ -5,14 +5,12 @@ line. A cinder volume, a nova disk, and an active glance image whose snapshot an
 removed by hand are never listed, and never removed."""
 
 import io
-import json
-import subprocess
-import sys
 import time
 import uuid
 
 import pytest
 
+from tests.harness.command import report
 from tests.harness.data import MiB, data_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -25,16 +23,10 @@ def api(new_glance_api):
 
 
 def sweep(api, *args):
-    done = subprocess.run([sys.executable, "-m", "glance_rbd_native", "sweep",
-                           "--include-unmarked", "--older-than", "1", *args, "--config-file",
-                           str(api.root / "etc/glance-api.conf"), "--format", "json"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)[0]
+    return report(api.conf_file, "sweep", "--include-unmarked", "--older-than", "1", *args)
 
 
-def test_only_unreferenced_glance_leftovers_are_listed_and_removed_by_name(api, cluster,
-                                                                           images):
+def test_only_unreferenced_glance_leftovers_are_listed_and_removed_by_name(api, cluster, images):
     image_id = api.create_image("snapshot removed by hand")
     assert api.upload(image_id, io.BytesIO(data_of(MiB)), size=MiB)[0] == 204
     images.remove_snapshots(image_id)

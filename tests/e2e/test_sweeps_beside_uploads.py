@@ -7,13 +7,11 @@ its Content-Length never reaches the driver's size check through glance-api: uWS
 glance's eventlet server both fail the read themselves, a 500 whatever the driver; the
 driver's `Invalid` beside the command is proved at the store, `test_leftovers.py`.)"""
 
-import json
-import subprocess
-import sys
 import threading
 
 import pytest
 
+from tests.harness.command import report
 from tests.harness.data import MiB, data_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
@@ -27,22 +25,14 @@ def api(new_glance_api):
         yield server
 
 
-def command(api, *args):
-    done = subprocess.run([sys.executable, "-m", "glance_rbd_native", *args, "--config-file",
-                           str(api.root / "etc/glance-api.conf"), "--format", "json"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)[0]
-
-
 def test_uploads_over_the_cap_answer_413_while_sweeps_look(api, clean_pool):
     stop = threading.Event()
     looks = []
 
     def looking():
         while not stop.is_set():
-            looks.append(command(api, "status"))
-            looks.append(command(api, "sweep", "--remove"))
+            looks.append(report(api.conf_file, "status"))
+            looks.append(report(api.conf_file, "sweep", "--remove"))
 
     looker = threading.Thread(target=looking)
     looker.start()

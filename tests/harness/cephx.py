@@ -11,30 +11,34 @@ import io
 import os
 import struct
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 
 from glance_store import location
 from glance_store._drivers import rbd as rbd_driver
 
+from tests.harness import command
 from tests.harness.data import MiB, data_of, new_name
-from tests.harness.stores import make_store
+from tests.harness.stores import glance_api_conf, make_store
 
 
 def glance_caps(pool: str) -> dict[str, str]:
     """glance's documented user: `ceph auth get-or-create client.glance mon 'profile rbd'
     osd 'profile rbd pool=images' mgr 'profile rbd pool=images'`."""
-    return {"mon": "profile rbd", "osd": f"profile rbd pool={pool}",
-            "mgr": f"profile rbd pool={pool}"}
+    return {
+        "mon": "profile rbd",
+        "osd": f"profile rbd pool={pool}",
+        "mgr": f"profile rbd pool={pool}",
+    }
 
 
 def cephx_key(kind: int = 1) -> str:
     """A new cephx key, base64: a CryptoKey of `kind` 1 (aes, 16 bytes, "AQ...", every release)
     or 2 (aes256k, 32 bytes, "Ag...", what a Ceph 20 cluster makes)."""
     size = {1: 16, 2: 32}[kind]
-    return base64.b64encode(struct.pack("<HIIH", kind, int(time.time()), 0, size)
-                            + os.urandom(size)).decode()
+    return base64.b64encode(
+        struct.pack("<HIIH", kind, int(time.time()), 0, size) + os.urandom(size)
+    ).decode()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,19 +60,27 @@ def _without(cap):
     return lambda pool: {k: v for k, v in glance_caps(pool).items() if k != cap}
 
 
-CASES = {case.name: case for case in (
-    Case("aes-key", glance_caps, key="aes"),
-    Case("aes256k-key", glance_caps, key="aes256k"),
-    Case("wrong-key", glance_caps, key="wrong"),
-    Case("no-key-in-keyring", glance_caps, key="absent"),
-    Case("no-keyring", glance_caps, key="missing"),
-    Case("no-mon-cap", _without("mon")),
-    Case("no-osd-cap", _without("osd")),
-    Case("osd-cap-on-another-pool", lambda pool: {"mon": "profile rbd",
-                                                  "osd": "profile rbd pool=another",
-                                                  "mgr": "profile rbd pool=another"}),
-    Case("no-mgr-cap", _without("mgr")),
-)}
+CASES = {
+    case.name: case
+    for case in (
+        Case("aes-key", glance_caps, key="aes"),
+        Case("aes256k-key", glance_caps, key="aes256k"),
+        Case("wrong-key", glance_caps, key="wrong"),
+        Case("no-key-in-keyring", glance_caps, key="absent"),
+        Case("no-keyring", glance_caps, key="missing"),
+        Case("no-mon-cap", _without("mon")),
+        Case("no-osd-cap", _without("osd")),
+        Case(
+            "osd-cap-on-another-pool",
+            lambda pool: {
+                "mon": "profile rbd",
+                "osd": "profile rbd pool=another",
+                "mgr": "profile rbd pool=another",
+            },
+        ),
+        Case("no-mgr-cap", _without("mgr")),
+    )
+}
 
 
 @dataclasses.dataclass
@@ -101,8 +113,11 @@ def make_user(cluster, case: Case, prefix: str = "glance") -> User:
         keyring.write_text(f"[client.someone-else]\n\tkey = {cephx_key(1)}\n")
     elif case.key == "missing":
         keyring = cluster.root / f"missing.client.{user}.keyring"
-        conf.write_text(conf.read_text().replace(
-            f"keyring = {cluster.root}/ceph.client.{user}.keyring", f"keyring = {keyring}"))
+        conf.write_text(
+            conf.read_text().replace(
+                f"keyring = {cluster.root}/ceph.client.{user}.keyring", f"keyring = {keyring}"
+            )
+        )
     return User(user, conf, keyring)
 
 
@@ -127,15 +142,15 @@ def _run(call) -> Outcome:
 
 def store_as(cluster, user: User, **options):
     """A Store of glance_store's rbd driver as `user`, with librados timeouts of 10 s."""
-    return make_store(cluster, chunk_mib=1, user=user.id, conf_file=user.conf, timeout=10,
-                      **options)
+    return make_store(
+        cluster, chunk_mib=1, user=user.id, conf_file=user.conf, timeout=10, **options
+    )
 
 
 def upload(cluster, user: User, name: str) -> Outcome:
     """`Store.add` of 3 MiB as `user`, through the driver in place (stock, or patched)."""
     data = data_of(3 * MiB)
-    return _run(lambda: store_as(cluster, user).add(name, io.BytesIO(data), len(data),
-                                                    "sha512")[1])
+    return _run(lambda: store_as(cluster, user).add(name, io.BytesIO(data), len(data), "sha512")[1])
 
 
 def stored_image(cluster, images) -> tuple[str, str]:
@@ -163,14 +178,11 @@ def downloads(cluster, user: User, uri: str) -> dict[str, Outcome]:
 
 def cli_as(cluster, user: User, tmp_path, *args) -> subprocess.CompletedProcess:
     """`glance-rbd-native --config-file glance-api.conf ARGS` with glance's store as `user`."""
-    glance_conf = tmp_path / f"glance-api.{user.id}.conf"
-    glance_conf.write_text(f"""[glance_store]
-stores = rbd
-default_store = rbd
-rbd_store_pool = {cluster.pool}
-rbd_store_user = {user.id}
-rbd_store_ceph_conf = {user.conf}
-rados_connect_timeout = 10
-""")
-    return subprocess.run([sys.executable, "-m", "glance_rbd_native", "--config-file",
-                           str(glance_conf), *args], capture_output=True, text=True, timeout=120)
+    glance_conf = glance_api_conf(
+        tmp_path / f"glance-api.{user.id}.conf",
+        cluster.pool,
+        user.id,
+        user.conf,
+        extra="rados_connect_timeout = 10\n",
+    )
+    return command.run(glance_conf, *args, check=False)

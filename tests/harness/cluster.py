@@ -25,11 +25,14 @@ from typing import ClassVar
 
 # The optional mgr modules of 16.2: quotas need none of them (the mon enforces them from the
 # PG stats digest of the mgr core). The always-on ones stay: disabling those turns health to ERR.
-_MGR_DISABLED = ("alerts diskprediction_local influx insights iostat localpool mirroring nfs "
-                 "osd_perf_query osd_support prometheus restful selftest snap_schedule stats "
-                 "telegraf test_orchestrator zabbix")
-_DEBUG = ("asok auth bdev bluefs bluestore mgr mgrc mon monc ms objecter osd paxos rados rbd "
-          "rocksdb").split()
+_MGR_DISABLED = (
+    "alerts diskprediction_local influx insights iostat localpool mirroring nfs "
+    "osd_perf_query osd_support prometheus restful selftest snap_schedule stats "
+    "telegraf test_orchestrator zabbix"
+)
+_DEBUG = (
+    "asok auth bdev bluefs bluestore mgr mgrc mon monc ms objecter osd paxos rados rbd rocksdb"
+).split()
 _ADMIN_CAPS = {"mon": "allow *", "osd": "allow *", "mgr": "allow *", "mds": "allow *"}
 # The osds tell the mon they are going down, so the mon goes last.
 _STOP_RANK = {"mgr": 0, "osd": 1, "mon": 2}
@@ -48,13 +51,15 @@ def legacy_key() -> str:
 
 def key_type(key: str) -> str:
     """The cipher of a cephx key: a base64 CryptoKey whose first field is its type."""
-    return {1: "aes", 2: "aes256k"}.get(struct.unpack_from("<H", base64.b64decode(key))[0],
-                                         "unknown")
+    return {1: "aes", 2: "aes256k"}.get(
+        struct.unpack_from("<H", base64.b64decode(key))[0], "unknown"
+    )
 
 
 def _keyring(name: str, key: str, **caps: str) -> str:
-    return "".join([f"[{name}]\n\tkey = {key}\n",
-                    *(f'\tcaps {k} = "{v}"\n' for k, v in caps.items())])
+    return "".join(
+        [f"[{name}]\n\tkey = {key}\n", *(f'\tcaps {k} = "{v}"\n' for k, v in caps.items())]
+    )
 
 
 def free_port() -> int:
@@ -75,8 +80,18 @@ class Cluster:
     # watchdog (tests/harness/watchdog.py) checks.
     watched: ClassVar[set[Cluster]] = set()
 
-    def __init__(self, root: pathlib.Path, *, objectstore="bluestore", osd_size_gib=8,
-                 with_mgr=False, port=None, pool="images", inside=None, osds=1):
+    def __init__(
+        self,
+        root: pathlib.Path,
+        *,
+        objectstore="bluestore",
+        osd_size_gib=8,
+        with_mgr=False,
+        port=None,
+        pool="images",
+        inside=None,
+        osds=1,
+    ):
         if objectstore not in ("bluestore", "memstore"):
             raise ValueError(f"unsupported objectstore {objectstore!r}")
         self.root = pathlib.Path(root).resolve()
@@ -105,11 +120,13 @@ class Cluster:
 
     def start(self) -> Cluster:
         if self.conf_path.exists():
-            raise FileExistsError(f"{self.root} already holds a cluster; use Cluster.attach() or "
-                                  "a fresh dir")
+            raise FileExistsError(
+                f"{self.root} already holds a cluster; use Cluster.attach() or a fresh dir"
+            )
         if len(str(self.root / "run/client.admin.4194304.asok")) > 107:
-            raise ValueError(f"{self.root} is too long for the unix sockets put under it "
-                             "(max 107 bytes)")
+            raise ValueError(
+                f"{self.root} is too long for the unix sockets put under it (max 107 bytes)"
+            )
         t0 = time.monotonic()
         for d in ("log", "run", "crash", "mon/a", "mgr/x", *self._osd_dirs()):
             (self.root / d).mkdir(parents=True, exist_ok=True)
@@ -134,16 +151,47 @@ class Cluster:
         r = self.root
         osds = [(i, str(uuid.uuid4()), self.new_key()) for i in range(self.osds)]
         self._write_files([key for _, _, key in osds])
-        self._tool("monmaptool", "--create", "--fsid", self.fsid, "--addv", "a",
-                   f"[v2:127.0.0.1:{self.port}/0]",
-                   r / "monmap")
-        self._tool("ceph-mon", "--mkfs", "-i", "a", "--monmap", r / "monmap", "--keyring",
-                   r / "mon.keyring")
+        self._tool(
+            "monmaptool",
+            "--create",
+            "--fsid",
+            self.fsid,
+            "--addv",
+            "a",
+            f"[v2:127.0.0.1:{self.port}/0]",
+            r / "monmap",
+        )
+        self._tool(
+            "ceph-mon",
+            "--mkfs",
+            "-i",
+            "a",
+            "--monmap",
+            r / "monmap",
+            "--keyring",
+            r / "mon.keyring",
+        )
         # bluestore mkfs takes seconds and needs no mon, so overlap it with the mon boot.
-        mkfs = [subprocess.Popen(self._argv(["ceph-osd", "-c", str(self.conf_path), "-i", str(i),
-                                             "--mkfs", "--no-mon-config", "--osd-uuid", fsid]),
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-                for i, fsid, _ in osds]
+        mkfs = [
+            subprocess.Popen(
+                self._argv(
+                    [
+                        "ceph-osd",
+                        "-c",
+                        str(self.conf_path),
+                        "-i",
+                        str(i),
+                        "--mkfs",
+                        "--no-mon-config",
+                        "--osd-uuid",
+                        fsid,
+                    ]
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            for i, fsid, _ in osds
+        ]
         outputs = []
         try:
             self._spawn("mon.a")
@@ -161,8 +209,9 @@ class Cluster:
                     proc.wait()
         for proc, out in zip(mkfs, outputs, strict=True):
             if proc.returncode:
-                raise CephError(f"ceph-osd --mkfs failed ({proc.returncode}): "
-                                f"{out.decode(errors='replace')}")
+                raise CephError(
+                    f"ceph-osd --mkfs failed ({proc.returncode}): {out.decode(errors='replace')}"
+                )
         for i in range(self.osds):
             self._spawn(f"osd.{i}")
         if self.with_mgr:
@@ -180,9 +229,11 @@ class Cluster:
         (r / "ceph.client.admin.keyring").write_text(_keyring("client.admin", admin, **_ADMIN_CAPS))
         # The mon imports every entity of its mkfs keyring, so the mgr key needs no `auth` call
         # later.
-        (r / "mon.keyring").write_text(_keyring("mon.", mon, mon="allow *")
-                                       + _keyring("client.admin", admin, **_ADMIN_CAPS)
-                                       + _keyring("mgr.x", mgr, **mgr_caps))
+        (r / "mon.keyring").write_text(
+            _keyring("mon.", mon, mon="allow *")
+            + _keyring("client.admin", admin, **_ADMIN_CAPS)
+            + _keyring("mgr.x", mgr, **mgr_caps)
+        )
         (r / "mgr/x/keyring").write_text(_keyring("mgr.x", mgr))
         # An osd needs its own keyring file: with the global one, mkfs/boot clobber the admin key.
         for i, key in enumerate(osd_keys):
@@ -263,8 +314,10 @@ admin socket = {r}/run/$name.$pid.asok
             return ""
         # All osds share this host: peers report a dead one per osd, not per host, and say
         # so within seconds rather than the 20 s of the default grace.
-        return ("mon osd reporter subtree level = osd\nmon osd min down reporters = 1\n"
-                "osd heartbeat interval = 1\nosd heartbeat grace = 4\n")
+        return (
+            "mon osd reporter subtree level = osd\nmon osd min down reporters = 1\n"
+            "osd heartbeat interval = 1\nosd heartbeat grace = 4\n"
+        )
 
     def stop(self) -> None:
         Cluster.watched.discard(self)
@@ -284,9 +337,15 @@ admin socket = {r}/run/$name.$pid.asok
         """Control a cluster booted by another process (e.g. `cluster.py up`), with this
         process's Ceph tools."""
         state = json.loads((pathlib.Path(root) / "cluster.json").read_text())
-        c = cls(root, objectstore=state["objectstore"], osd_size_gib=state["osd_size_gib"],
-                with_mgr=state["with_mgr"], port=state["port"], pool=state["pool"],
-                osds=state.get("osds", 1))
+        c = cls(
+            root,
+            objectstore=state["objectstore"],
+            osd_size_gib=state["osd_size_gib"],
+            with_mgr=state["with_mgr"],
+            port=state["port"],
+            pool=state["pool"],
+            osds=state.get("osds", 1),
+        )
         c.fsid = state["fsid"]
         c.store_user = state.get("store_user", "admin")
         c.store_conf = pathlib.Path(state.get("store_conf", c.conf_path))
@@ -319,8 +378,11 @@ admin socket = {r}/run/$name.$pid.asok
 
     def dead(self) -> list[str]:
         """The daemons that should run and do not (those stopped on purpose aside)."""
-        return [name for name in list(self._procs)
-                if name not in self._stopping and not self._alive(name)]
+        return [
+            name
+            for name in list(self._procs)
+            if name not in self._stopping and not self._alive(name)
+        ]
 
     def pid(self, name: str) -> int:
         proc = self._procs[name]
@@ -420,7 +482,9 @@ admin socket = {r}/run/$name.$pid.asok
         with self._client(timeout) as client:
             status, out, err = client.mon_command(
                 json.dumps({"prefix": prefix, **args}),
-                stdin.read_bytes() if stdin else b"", timeout=timeout)
+                stdin.read_bytes() if stdin else b"",
+                timeout=timeout,
+            )
         if status:
             raise CephError(f"{prefix} {args}: {os.strerror(-status)}: {err}")
         return out.decode()
@@ -440,8 +504,11 @@ admin socket = {r}/run/$name.$pid.asok
         import rados  # Debian's, or a Debian root's: imported only where a client runs
 
         try:
-            with rados.Rados(conffile=str(self.conf_path), rados_id="admin",
-                             conf={"client_mount_timeout": str(timeout)}) as client:
+            with rados.Rados(
+                conffile=str(self.conf_path),
+                rados_id="admin",
+                conf={"client_mount_timeout": str(timeout)},
+            ) as client:
                 yield client
         except rados.Error as e:
             raise CephError(f"{type(e).__name__}: {e}") from None
@@ -457,11 +524,17 @@ admin socket = {r}/run/$name.$pid.asok
             keyring.write_text(self.mon("auth get-or-create", entity=f"client.{name}"))
         else:
             self.rekey(f"client.{name}", keyring, cipher, caps)
-        self.mon("auth caps", entity=f"client.{name}",
-                 caps=[part for entity, cap in caps.items() for part in (entity, cap)])
+        self.mon(
+            "auth caps",
+            entity=f"client.{name}",
+            caps=[part for entity, cap in caps.items() for part in (entity, cap)],
+        )
         conf = self.root / f"ceph.{name}.conf"
-        conf.write_text(self.conf_path.read_text().replace(
-            f"keyring = {self.root}/ceph.client.admin.keyring", f"keyring = {keyring}"))
+        conf.write_text(
+            self.conf_path.read_text().replace(
+                f"keyring = {self.root}/ceph.client.admin.keyring", f"keyring = {keyring}"
+            )
+        )
         return conf
 
     def release(self) -> int:
@@ -497,8 +570,11 @@ admin socket = {r}/run/$name.$pid.asok
         if caps is None:
             caps = json.loads(self.mon("auth get", entity=entity, format="json"))[0]["caps"]
         # Ceph 16's ceph-authtool knows no --key-type (all its keys are aes).
-        key = legacy_key() if cipher == "aes" else self._run(
-            ["ceph-authtool", "--gen-print-key", "--key-type", cipher]).strip()
+        key = (
+            legacy_key()
+            if cipher == "aes"
+            else self._run(["ceph-authtool", "--gen-print-key", "--key-type", cipher]).strip()
+        )
         tmp = keyring.with_name(keyring.name + ".new")
         tmp.write_text(_keyring(entity, key, **caps))
         self.mon("auth import", stdin=tmp)
@@ -531,9 +607,11 @@ admin socket = {r}/run/$name.$pid.asok
 
     def wait_pool_full(self, name: str, timeout: float = 60) -> None:
         """Waits for the mon to flag a pool over its quota (needs the mgr's pool statistics)."""
+
         def full() -> bool:
             pools = json.loads(self.mon("osd pool ls", detail="detail", format="json"))
             return any(p["pool_name"] == name and "full" in p.get("flags_names", "") for p in pools)
+
         self._wait(f"pool {name} full", full, timeout)
 
     def env(self) -> dict:
@@ -550,8 +628,14 @@ admin socket = {r}/run/$name.$pid.asok
         cmd = list(map(str, argv))
         env = self.env() if self.inside is None else None
         try:
-            res = subprocess.run(self._argv(cmd), env=env, stdin=subprocess.DEVNULL,
-                                 capture_output=True, text=True, timeout=timeout)
+            res = subprocess.run(
+                self._argv(cmd),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             raise CephError(f"{' '.join(cmd)}: timed out after {timeout}s") from None
         if res.returncode:
@@ -567,8 +651,11 @@ admin socket = {r}/run/$name.$pid.asok
             # its own session keeps it alive after `up` exits and away from the caller's Ctrl-C.
             self._procs[name] = subprocess.Popen(
                 self._argv([f"ceph-{kind}", "-f", "-c", str(self.conf_path), "-i", ident]),
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self._save()  # record the pid at once, so even a crashed caller leaves a way to clean up
 
     def _alive(self, name: str) -> bool:
@@ -584,8 +671,11 @@ admin socket = {r}/run/$name.$pid.asok
         for entry in pathlib.Path("/proc").iterdir():
             with contextlib.suppress(OSError, ValueError, IndexError):
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
-                if entry.name.isdigit() and argv[0].startswith(b"ceph-") and \
-                        self._is_ours(int(entry.name)):
+                if (
+                    entry.name.isdigit()
+                    and argv[0].startswith(b"ceph-")
+                    and self._is_ours(int(entry.name))
+                ):
                     name = f"{argv[0][5:].decode()}.{argv[argv.index(b'-i') + 1].decode()}"
                     if name.split(".")[0] in _STOP_RANK:
                         found[name] = int(entry.name)
@@ -628,8 +718,9 @@ admin socket = {r}/run/$name.$pid.asok
             for name, proc in self._procs.items():
                 if isinstance(proc, subprocess.Popen) and proc.poll() is not None:
                     log = (self.root / "log" / f"{name}.out").read_text(errors="replace")[-2000:]
-                    raise CephError(f"{name} exited with {proc.returncode} while waiting for "
-                                    f"{what}:\n{log}")
+                    raise CephError(
+                        f"{name} exited with {proc.returncode} while waiting for {what}:\n{log}"
+                    )
             try:
                 if ready():
                     return
@@ -654,12 +745,20 @@ admin socket = {r}/run/$name.$pid.asok
 
     def _save(self) -> None:
         pids = {name: self.pid(name) for name in self._procs}
-        state = {"fsid": self.fsid, "conf": str(self.conf_path), "pool": self.pool,
-                 "port": self.port,
-                 "objectstore": self.objectstore, "osd_size_gib": self.osd_size_gib,
-                 "osds": self.osds,
-                 "with_mgr": self.with_mgr, "pids": pids, "store_user": self.store_user,
-                 "store_conf": str(self.store_conf), "user_cipher": self.user_cipher}
+        state = {
+            "fsid": self.fsid,
+            "conf": str(self.conf_path),
+            "pool": self.pool,
+            "port": self.port,
+            "objectstore": self.objectstore,
+            "osd_size_gib": self.osd_size_gib,
+            "osds": self.osds,
+            "with_mgr": self.with_mgr,
+            "pids": pids,
+            "store_user": self.store_user,
+            "store_conf": str(self.store_conf),
+            "user_cipher": self.user_cipher,
+        }
         tmp = self.root / "cluster.json.tmp"
         tmp.write_text(json.dumps(state, indent=2) + "\n")
         tmp.replace(self.root / "cluster.json")
@@ -668,21 +767,27 @@ admin socket = {r}/run/$name.$pid.asok
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up", help="boot a cluster in DIR and leave it running; prints the conf "
-                        "path")
+    up = sub.add_parser(
+        "up", help="boot a cluster in DIR and leave it running; prints the conf path"
+    )
     up.add_argument("dir", type=pathlib.Path)
     up.add_argument("--objectstore", choices=("bluestore", "memstore"), default="bluestore")
     up.add_argument("--osd-size-gib", type=int, default=8)
-    up.add_argument("--mgr", action="store_true",
-                    help="also start a ceph-mgr (needed for pool quotas)")
+    up.add_argument(
+        "--mgr", action="store_true", help="also start a ceph-mgr (needed for pool quotas)"
+    )
     down = sub.add_parser("down", help="stop the daemons recorded in DIR/cluster.json")
     down.add_argument("dir", type=pathlib.Path)
     status = sub.add_parser("status", help="print DIR's absolute path if a cluster runs there")
     status.add_argument("dir", type=pathlib.Path)
     args = parser.parse_args(argv)
     if args.cmd == "up":
-        c = Cluster(args.dir, objectstore=args.objectstore, osd_size_gib=args.osd_size_gib,
-                    with_mgr=args.mgr).start()
+        c = Cluster(
+            args.dir,
+            objectstore=args.objectstore,
+            osd_size_gib=args.osd_size_gib,
+            with_mgr=args.mgr,
+        ).start()
         atexit.unregister(c.stop)  # the whole point of `up` is that the daemons outlive it
         print(f"booted in {c.boot_seconds:.1f}s", file=sys.stderr)
         print(c.conf_path)

@@ -19,8 +19,14 @@ from collections.abc import Callable
 
 from tests import stock_versions
 
-FILES = ("test_differential.py", "test_stock_bugs.py", "test_errors.py", "test_compat.py",
-         "test_patch.py", "test_download.py")
+FILES = (
+    "test_differential.py",
+    "test_stock_bugs.py",
+    "test_errors.py",
+    "test_compat.py",
+    "test_patch.py",
+    "test_download.py",
+)
 # The cases of each file: the same on every release (no parameter depends on the release; what
 # differs is what a case expects, from tests/stock_versions.py). A new case changes this table.
 CASES = {
@@ -53,11 +59,16 @@ def _before(release: tuple[int, ...]) -> Callable[[tuple[int, ...], bool], bool]
 
 _STORE_CONF = ".".join(map(str, stock_versions.STORE_CONF_SINCE))
 SKIPS = (
-    Skip("test_compat.py::test_multi_store_options_from_backend_defaults",
-         f"glance_store < {_STORE_CONF} (no [backend_defaults])",
-         _before(stock_versions.STORE_CONF_SINCE)),
-    Skip("test_patch.py::test_a_host_without_ceph_libraries_keeps_the_stock_driver",
-         "not root (mount namespaces)", lambda _version, root: not root),
+    Skip(
+        "test_compat.py::test_multi_store_options_from_backend_defaults",
+        f"glance_store < {_STORE_CONF} (no [backend_defaults])",
+        _before(stock_versions.STORE_CONF_SINCE),
+    ),
+    Skip(
+        "test_patch.py::test_a_host_without_ceph_libraries_keeps_the_stock_driver",
+        "not root (mount namespaces)",
+        lambda _version, root: not root,
+    ),
 )
 
 # The core that runs where emulation makes the whole too slow (the arm64 root,
@@ -81,8 +92,13 @@ _OPTIONS = ["-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"]
 def pytest_args(junit_xml: str, cases: tuple[str, ...] | None = None) -> list[str]:
     """The arguments after the interpreter: run from the checkout (the import root), with the
     results of every case written to `junit_xml`; every file, or the `cases` alone."""
-    return ["-m", "pytest", *_OPTIONS, f"--junitxml={junit_xml}",
-            *(f"tests/{name}" for name in (cases or FILES))]
+    return [
+        "-m",
+        "pytest",
+        *_OPTIONS,
+        f"--junitxml={junit_xml}",
+        *(f"tests/{name}" for name in (cases or FILES)),
+    ]
 
 
 def parse_junit(xml_text: str) -> dict[str, dict[str, str]]:
@@ -98,7 +114,7 @@ def parse_junit(xml_text: str) -> dict[str, dict[str, str]]:
             case_id = f"{file}::{case.get('name', '?')}"
         else:
             file = f"{parts[at]}.py"
-            case_id = "::".join([file, *parts[at + 1:], case.get("name", "?")])
+            case_id = "::".join([file, *parts[at + 1 :], case.get("name", "?")])
         if case.find("failure") is not None:
             outcome = "failed"
         elif case.find("error") is not None:
@@ -113,8 +129,15 @@ def parse_junit(xml_text: str) -> dict[str, dict[str, str]]:
     return results
 
 
-def problems(where: str, version: tuple[int, ...], results: dict[str, dict[str, str]], *,
-             root: bool, files=FILES, failures=True) -> list[str]:
+def problems(
+    where: str,
+    version: tuple[int, ...],
+    results: dict[str, dict[str, str]],
+    *,
+    root: bool,
+    files=FILES,
+    failures=True,
+) -> list[str]:
     """What differs between `results` (as parse_junit gives them) and the table, for a run on
     glance_store `version`; one line each, naming the file and `where` (the release). With
     failures, each failed case too."""
@@ -134,15 +157,23 @@ def problems(where: str, version: tuple[int, ...], results: dict[str, dict[str, 
         for case in sorted(skipped - expected.keys()):
             found.append(f"{where}: {file}: {case} skipped, expected to run")
         for case in sorted(expected.keys() - skipped):
-            found.append(f"{where}: {file}: {case} ran ({cases.get(case, 'missing')}), expected "
-                         f"to skip on {expected[case].when}")
+            found.append(
+                f"{where}: {file}: {case} ran ({cases.get(case, 'missing')}), expected "
+                f"to skip on {expected[case].when}"
+            )
     for file in sorted(results.keys() - set(FILES)):
         found.append(f"{where}: {file}: not a contract file ({len(results[file])} results)")
     return found
 
 
-def check(where: str, version: str, result: subprocess.CompletedProcess, junit_xml: str,
-          *, root: bool | None = None) -> str:
+def check(
+    where: str,
+    version: str,
+    result: subprocess.CompletedProcess,
+    junit_xml: str,
+    *,
+    root: bool | None = None,
+) -> str:
     """Fails unless the run passed with exactly the table's cases and skips for glance_store
     `version`; returns pytest's last line, for the log."""
     output = f"{result.stdout[-20000:]}{result.stderr[-5000:]}"
@@ -153,12 +184,14 @@ def check(where: str, version: str, result: subprocess.CompletedProcess, junit_x
         raise AssertionError(f"{where}: no readable JUnit XML ({e}):\n{output}") from None
     found = problems(where, stock_versions.parse(version), results, root=root)
     assert not found and result.returncode == 0, "\n".join(
-        [*found, f"{where}: pytest exited with {result.returncode}", output])
+        [*found, f"{where}: pytest exited with {result.returncode}", output]
+    )
     return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
 
 
-def check_cases(where: str, cases: tuple[str, ...], result: subprocess.CompletedProcess,
-                junit_xml: str) -> str:
+def check_cases(
+    where: str, cases: tuple[str, ...], result: subprocess.CompletedProcess, junit_xml: str
+) -> str:
     """Fails unless exactly `cases` ran, and each passed; returns pytest's last line."""
     output = f"{result.stdout[-20000:]}{result.stderr[-5000:]}"
     try:
@@ -166,12 +199,17 @@ def check_cases(where: str, cases: tuple[str, ...], result: subprocess.Completed
     except ET.ParseError as e:
         raise AssertionError(f"{where}: no readable JUnit XML ({e}):\n{output}") from None
     ran = {case: outcome for file in results.values() for case, outcome in file.items()}
-    found = [f"{where}: {case}: {ran.get(case, 'not run')}" for case in cases
-             if ran.get(case) != "passed"]
-    found += [f"{where}: {case}: ran, not one of the cases"
-              for case in sorted(ran.keys() - set(cases))]
+    found = [
+        f"{where}: {case}: {ran.get(case, 'not run')}"
+        for case in cases
+        if ran.get(case) != "passed"
+    ]
+    found += [
+        f"{where}: {case}: ran, not one of the cases" for case in sorted(ran.keys() - set(cases))
+    ]
     assert not found and result.returncode == 0, "\n".join(
-        [*found, f"{where}: pytest exited with {result.returncode}", output])
+        [*found, f"{where}: pytest exited with {result.returncode}", output]
+    )
     return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
 
 
@@ -217,9 +255,13 @@ class Tally:
             cases[case] = "passed"
 
     def problems(self, version: tuple[int, ...], *, root: bool) -> list[str]:
-        complete = [file for file in FILES if file in self.collected
-                    and not self.collected[file] & self.deselected
-                    and self.collected[file] == set(self.outcomes.get(file, {}))]
+        complete = [
+            file
+            for file in FILES
+            if file in self.collected
+            and not self.collected[file] & self.deselected
+            and self.collected[file] == set(self.outcomes.get(file, {}))
+        ]
         results = {file: self.outcomes[file] for file in complete}
         where = f"glance_store {'.'.join(map(str, version))} (this run)"
         # pytest reports the failures itself.

@@ -25,7 +25,7 @@ def sparse_data(size, seed=0, block=4096):
     while pos < size:
         run = rng.randint(1, 8) * block + rng.choice((0, 0, rng.randrange(block)))
         if rng.random() < 0.5:
-            out[pos:pos + run] = rng.randbytes(min(run, size - pos))
+            out[pos : pos + run] = rng.randbytes(min(run, size - pos))
         pos += run
     return bytes(out[:size])
 
@@ -50,7 +50,7 @@ def chunks_of(data, sizes):
     pos, i = 0, 0
     while pos < len(data):
         step = sizes[i % len(sizes)]
-        yield data[pos:pos + step]
+        yield data[pos : pos + step]
         pos += step
         i += 1
 

@@ -39,7 +39,7 @@ import shutil
 import signal
 import time
 
-from tests.harness.debian_root import DebianRoot
+from debian_root import DebianRoot
 from tests.harness.glance_api import GlanceApi, GlanceApiError
 
 CONF = "/etc/glance/glance-api.conf"
@@ -49,10 +49,14 @@ UWSGI_INI = "/etc/glance/glance-api-uwsgi.ini"
 # UWSGI_INI_PATH and UWSGI_INI_APP are the lines Debian ships commented out; with
 # UWSGI_BIND_CONFIG_* the script reads the address and port from glance-api.conf instead of
 # binding every address.
-UWSGI_MODE = {"UWSGI_INI_PATH": UWSGI_INI, "UWSGI_INI_APP": "/usr/bin/glance-wsgi-api",
-              "UWSGI_BIND_CONFIG_FILE": CONF, "UWSGI_BIND_CONFIG_SECTION": "DEFAULT",
-              "UWSGI_BIND_CONFIG_IP_DIRECTIVE": "bind_host",
-              "UWSGI_BIND_CONFIG_PORT_DIRECTIVE": "bind_port"}
+UWSGI_MODE = {
+    "UWSGI_INI_PATH": UWSGI_INI,
+    "UWSGI_INI_APP": "/usr/bin/glance-wsgi-api",
+    "UWSGI_BIND_CONFIG_FILE": CONF,
+    "UWSGI_BIND_CONFIG_SECTION": "DEFAULT",
+    "UWSGI_BIND_CONFIG_IP_DIRECTIVE": "bind_host",
+    "UWSGI_BIND_CONFIG_PORT_DIRECTIVE": "bind_port",
+}
 # glanceclient sends chunked bodies in 1 MiB chunks, and uWSGI refuses a chunk over its
 # chunked-input-limit, 1 MiB framing included ("unable to receive chunked part"), whatever the
 # driver. Debian's ini leaves the default: it is raised in /etc/default/glance-api, where uWSGI
@@ -72,11 +76,22 @@ class DebianGlanceApi(GlanceApi):
     user: the cephx user glance connects as, whose keyring `ceph_conf` names.
     """
 
-    def __init__(self, work: pathlib.Path, root: DebianRoot, ceph_conf: pathlib.Path,
-                 database: str, *, native: bool, server="eventlet", pool="images",
-                 environment: str | None = None, user="admin"):
-        super().__init__(work, ceph_conf, database, native=native, pool=pool, server=server,
-                         user=user)
+    def __init__(
+        self,
+        work: pathlib.Path,
+        root: DebianRoot,
+        ceph_conf: pathlib.Path,
+        database: str,
+        *,
+        native: bool,
+        server="eventlet",
+        pool="images",
+        environment: str | None = None,
+        user="admin",
+    ):
+        super().__init__(
+            work, ceph_conf, database, native=native, pool=pool, server=server, user=user
+        )
         self.debian = root
         self.environment = environment
         self.log_path = root.file(LOG)
@@ -84,20 +99,34 @@ class DebianGlanceApi(GlanceApi):
     def start(self) -> DebianGlanceApi:
         self.root.mkdir(parents=True, exist_ok=True)
         self._write_config()
-        self.debian.run("glance-manage", "--config-file", CONF, "db", "sync", user="glance",
-                        timeout=300)
+        self.debian.run(
+            "glance-manage", "--config-file", CONF, "db", "sync", user="glance", timeout=300
+        )
         # What systemd makes for the unit: RuntimeDirectory=glance lock/glance,
         # CacheDirectory=glance (and the log, emptied so that it is this server's alone).
-        self.debian.run("install", "-d", "-o", "glance", "-g", "glance", "/run/glance",
-                        "/run/lock/glance", "/var/cache/glance")
+        self.debian.run(
+            "install",
+            "-d",
+            "-o",
+            "glance",
+            "-g",
+            "glance",
+            "/run/glance",
+            "/run/lock/glance",
+            "/var/cache/glance",
+        )
         if self.log_path.exists():
             self.log_path.write_text("")
         env = dict(UWSGI_MODE, UWSGI_PORT=str(self.port)) if self.server == "uwsgi" else {}
         atexit.register(self.stop)  # don't leak the server if the caller dies first
         with open(self.root / "server.log", "ab") as out:
-            self._proc = self.debian.popen(["/etc/init.d/glance-api", "systemd-start"],
-                                           user="glance", env=env, cwd="/var/lib/glance",
-                                           stdout=out)
+            self._proc = self.debian.popen(
+                ["/etc/init.d/glance-api", "systemd-start"],
+                user="glance",
+                env=env,
+                cwd="/var/lib/glance",
+                stdout=out,
+            )
         try:
             self._wait_ready(120)
         except BaseException:
@@ -136,8 +165,10 @@ class DebianGlanceApi(GlanceApi):
             return
         # lazy-apps: each worker loads glance after the fork; wait for all of them, so that
         # the tests do not share the two cores with their start-up.
-        while len(re.findall(r"WSGI app 0 \(mountpoint=''\) ready", self.log())) < \
-                self.uwsgi_processes():
+        while (
+            len(re.findall(r"WSGI app 0 \(mountpoint=''\) ready", self.log()))
+            < self.uwsgi_processes()
+        ):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"uWSGI workers not all loaded after {timeout}s")
             time.sleep(0.2)
@@ -161,10 +192,13 @@ class DebianGlanceApi(GlanceApi):
     def _write_config(self) -> None:
         debian = self.debian
         debian.write("/etc/default/glance-api", self.default_file())
-        debian.write("/etc/glance/policy.yaml", '"context_is_admin": "@"\n', group="glance",
-                     mode=0o640)
+        debian.write(
+            "/etc/glance/policy.yaml", '"context_is_admin": "@"\n', group="glance", mode=0o640
+        )
         # As Debian installs it: root:glance, 0640.
-        debian.write(CONF, f"""\
+        debian.write(
+            CONF,
+            f"""\
 [DEFAULT]
 bind_host = 127.0.0.1
 bind_port = {self.port}
@@ -185,7 +219,10 @@ lock_path = /var/lock/glance
 
 [oslo_policy]
 policy_file = /etc/glance/policy.yaml
-""", group="glance", mode=0o640)
+""",
+            group="glance",
+            mode=0o640,
+        )
 
 
 def _group_alive(pgid: int) -> bool:

@@ -22,14 +22,15 @@ import sys
 import time
 
 from tests.harness.cluster import free_port
+from tests.harness.command import OWN_PID_NAMESPACE
 from tests.harness.data import MiB
+from tests.harness.waiting import wait_for
 
 BIN = pathlib.Path(sys.executable).parent  # this virtualenv's glance, glance-manage, uwsgi
 # The import root (the checkout), on the server's path: it loads tests.harness.* by name.
 CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 # As kolla runs glance-api: the host's network and hostname, its own pids and /proc. The
 # server's master is pid 1 there; it dies with the unshare process the harness holds.
-OWN_PID_NAMESPACE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
 BACKEND = "ceph1"  # the default store of the multi-store configuration
 SECOND_BACKEND = "ceph2"  # its second rbd store, on pool SECOND_POOL, for copy-image
 SECOND_POOL = "images2"
@@ -65,12 +66,29 @@ class GlanceApi:
         middle, from glance's reader inside the store's loop.
     """
 
-    def __init__(self, root: pathlib.Path, ceph_conf: pathlib.Path, database: str, *, native: bool,
-                 multistore=False, pool="images", timeout: int | None = None, lazy=True,
-                 preconnect=False, processes=2, threads=2, import_port: int | None = None,
-                 server="uwsgi", bin_dir: pathlib.Path = BIN,
-                 max_in_flight_mib: int | None = None, user="admin", uwsgi_options=(),
-                 pid_namespace=False, image_size_cap: int | None = None):
+    def __init__(
+        self,
+        root: pathlib.Path,
+        ceph_conf: pathlib.Path,
+        database: str,
+        *,
+        native: bool,
+        multistore=False,
+        pool="images",
+        timeout: int | None = None,
+        lazy=True,
+        preconnect=False,
+        processes=2,
+        threads=2,
+        import_port: int | None = None,
+        server="uwsgi",
+        bin_dir: pathlib.Path = BIN,
+        max_in_flight_mib: int | None = None,
+        user="admin",
+        uwsgi_options=(),
+        pid_namespace=False,
+        image_size_cap: int | None = None,
+    ):
         if server not in ("uwsgi", "eventlet"):
             raise ValueError(f"unknown server {server!r}")
         self.root = pathlib.Path(root).resolve()
@@ -96,6 +114,7 @@ class GlanceApi:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.root / "glance-api.log"
+        self.conf_file = self.root / "etc/glance-api.conf"
         self._proc: subprocess.Popen | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -104,13 +123,19 @@ class GlanceApi:
         for d in ("etc", "staging", "tasks"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         self._write_config()
-        conf = self.root / "etc/glance-api.conf"
-        sync = subprocess.run([self.bin_dir / "glance-manage", "--config-file", conf, "db", "sync"],
-                              capture_output=True, text=True, timeout=120)
+        sync = subprocess.run(
+            [self.bin_dir / "glance-manage", "--config-file", self.conf_file, "db", "sync"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if sync.returncode:
             raise GlanceApiError(f"glance-manage db sync failed:\n{sync.stderr[-3000:]}")
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("GLANCE_RBD_NATIVE", "PYTHONPATH", "VIRTUAL_ENV")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("GLANCE_RBD_NATIVE", "PYTHONPATH", "VIRTUAL_ENV")
+        }
         if self.server == "uwsgi":
             cmd = [self.bin_dir / "uwsgi", "--ini", self._write_uwsgi_ini()]
         else:
@@ -118,14 +143,20 @@ class GlanceApi:
             env["PYTHONPATH"] = str(CHECKOUT)
             if self.native:
                 env["GLANCE_RBD_NATIVE"] = "1"
-            cmd = [self.bin_dir / "glance-api", "--config-file", conf]
+            cmd = [self.bin_dir / "glance-api", "--config-file", self.conf_file]
         if self.pid_namespace:
             cmd = [*OWN_PID_NAMESPACE, *cmd]
         atexit.register(self.stop)  # don't leak the server if the caller dies first
         with open(self.root / "server.log", "ab") as out:
             # Its own session: the test's Ctrl-C does not reach it, and stop() kills the group.
-            self._proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
+            self._proc = subprocess.Popen(
+                cmd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         try:
             self._wait_ready(60)
         except BaseException:
@@ -178,8 +209,9 @@ class GlanceApi:
         while True:
             if self._proc.poll() is not None:
                 out = self.server_log()[-3000:]
-                raise GlanceApiError(f"glance-api exited with {self._proc.returncode}:\n{out}"
-                                     f"\n{self.log()[-3000:]}")
+                raise GlanceApiError(
+                    f"glance-api exited with {self._proc.returncode}:\n{out}\n{self.log()[-3000:]}"
+                )
             with contextlib.suppress(OSError):
                 if self.request("GET", "/versions")[0] in (200, 300):
                     return
@@ -219,10 +251,12 @@ class GlanceApi:
             if self.lazy:
                 raise ValueError("preconnect needs the app loaded in the master (lazy=False)")
             # Imported in the master, before the app and the fork.
-            lines += ["import = tests.harness.preconnect",
-                      f"env = GRN_PRECONNECT_CONF={self.ceph_conf}",
-                      f"env = GRN_PRECONNECT_USER={self.user}",
-                      f"env = GRN_PRECONNECT_POOL={self.pool}"]
+            lines += [
+                "import = tests.harness.preconnect",
+                f"env = GRN_PRECONNECT_CONF={self.ceph_conf}",
+                f"env = GRN_PRECONNECT_USER={self.user}",
+                f"env = GRN_PRECONNECT_POOL={self.pool}",
+            ]
         ini.write_text("\n".join(lines) + "\n")
         return ini
 
@@ -230,21 +264,25 @@ class GlanceApi:
         r = self.root
 
         def rbd(pool):
-            text = (f"rbd_store_ceph_conf = {self.ceph_conf}\nrbd_store_user = {self.user}\n"
-                    f"rbd_store_pool = {pool}\nrbd_store_chunk_size = 8\n")
+            text = (
+                f"rbd_store_ceph_conf = {self.ceph_conf}\nrbd_store_user = {self.user}\n"
+                f"rbd_store_pool = {pool}\nrbd_store_chunk_size = 8\n"
+            )
             if self.timeout is not None:
                 text += f"rados_connect_timeout = {self.timeout}\n"
             return text
 
         if self.multistore:
-            stores = (f"[DEFAULT]\nenabled_backends = {BACKEND}:rbd, {SECOND_BACKEND}:rbd\n"
-                      f"[glance_store]\ndefault_backend = {BACKEND}\n"
-                      f"[{BACKEND}]\n{rbd(self.pool)}store_description = throwaway Ceph cluster\n"
-                      f"[{SECOND_BACKEND}]\n{rbd(SECOND_POOL)}"
-                      "store_description = throwaway Ceph cluster, second pool\n"
-                      # Reserved stores: without a directory of their own they use /var/lib/glance.
-                      f"[os_glance_staging_store]\nfilesystem_store_datadir = {r}/staging\n"
-                      f"[os_glance_tasks_store]\nfilesystem_store_datadir = {r}/tasks\n")
+            stores = (
+                f"[DEFAULT]\nenabled_backends = {BACKEND}:rbd, {SECOND_BACKEND}:rbd\n"
+                f"[glance_store]\ndefault_backend = {BACKEND}\n"
+                f"[{BACKEND}]\n{rbd(self.pool)}store_description = throwaway Ceph cluster\n"
+                f"[{SECOND_BACKEND}]\n{rbd(SECOND_POOL)}"
+                "store_description = throwaway Ceph cluster, second pool\n"
+                # Reserved stores: without a directory of their own they use /var/lib/glance.
+                f"[os_glance_staging_store]\nfilesystem_store_datadir = {r}/staging\n"
+                f"[os_glance_tasks_store]\nfilesystem_store_datadir = {r}/tasks\n"
+            )
         else:
             stores = f"[glance_store]\nstores = rbd\ndefault_store = rbd\n{rbd(self.pool)}"
         imports = "[import_filtering_opts]\n"
@@ -257,9 +295,10 @@ class GlanceApi:
         paste_ini = self.bin_dir.parent / "etc/glance/glance-api-paste.ini"
         paste = paste_ini.read_text().replace(
             "glance.api.middleware.context:UnauthenticatedContextMiddleware.factory",
-            "tests.harness.glance_context:ProjectContextMiddleware.factory")
+            "tests.harness.glance_context:ProjectContextMiddleware.factory",
+        )
         (r / "etc/glance-api-paste.ini").write_text(paste)
-        (r / "etc/glance-api.conf").write_text(f"""\
+        self.conf_file.write_text(f"""\
 [DEFAULT]
 log_file = {self.log_path}
 use_stderr = false
@@ -284,15 +323,16 @@ config_file = {r}/etc/glance-api-paste.ini
 
     # -- raw HTTP client -------------------------------------------------------------------
 
-    def request(self, method: str, path: str, body=None, headers=None, *, chunked=False,
-                timeout=600) -> tuple[int, bytes]:
+    def request(
+        self, method: str, path: str, body=None, headers=None, *, chunked=False, timeout=600
+    ) -> tuple[int, bytes]:
         # Files go out in 1 MiB sends, not http.client's default of 8 KiB.
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout,
-                                          blocksize=1 << 20)
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", self.port, timeout=timeout, blocksize=1 << 20
+        )
         try:
             try:
-                conn.request(method, path, body=body, headers=headers or {},
-                             encode_chunked=chunked)
+                conn.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
             except (BrokenPipeError, ConnectionResetError):
                 # The server may answer before it has read the body (413 when the store is
                 # full) and close the connection: its answer is still there to read.
@@ -304,8 +344,7 @@ config_file = {r}/etc/glance-api-paste.ini
 
     def create_image(self, name: str) -> str:
         body = json.dumps({"name": name, "disk_format": "raw", "container_format": "bare"})
-        status, out = self.request("POST", "/v2/images", body,
-                                   {"Content-Type": "application/json"})
+        status, out = self.request("POST", "/v2/images", body, {"Content-Type": "application/json"})
         if status != 201:
             raise GlanceApiError(f"POST /v2/images: {status} {out[:500]!r}")
         return json.loads(out)["id"]
@@ -317,14 +356,18 @@ config_file = {r}/etc/glance-api-paste.ini
             headers["Content-Length"] = str(size)
         if self.multistore:
             headers["X-Image-Meta-Store"] = BACKEND
-        return self.request("PUT", f"/v2/images/{image_id}/file", body, headers,
-                            chunked=size is None)
+        return self.request(
+            "PUT", f"/v2/images/{image_id}/file", body, headers, chunked=size is None
+        )
 
     def stage(self, image_id: str, data: bytes) -> None:
         """Sends the data to the staging area (the first half of a glance-direct import)."""
-        status, out = self.request("PUT", f"/v2/images/{image_id}/stage", data,
-                                   {"Content-Type": "application/octet-stream",
-                                    "Content-Length": str(len(data))})
+        status, out = self.request(
+            "PUT",
+            f"/v2/images/{image_id}/stage",
+            data,
+            {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))},
+        )
         if status != 204:
             raise GlanceApiError(f"PUT stage {image_id}: {status} {out[:500]!r}")
 
@@ -333,8 +376,12 @@ config_file = {r}/etc/glance-api-paste.ini
         body = {"method": {"name": method, **({"uri": uri} if uri else {})}}
         if stores:
             body["stores"] = list(stores)
-        status, out = self.request("POST", f"/v2/images/{image_id}/import", json.dumps(body),
-                                   {"Content-Type": "application/json"})
+        status, out = self.request(
+            "POST",
+            f"/v2/images/{image_id}/import",
+            json.dumps(body),
+            {"Content-Type": "application/json"},
+        )
         if status != 202:
             raise GlanceApiError(f"POST import {image_id} ({method}): {status} {out[:500]!r}")
 
@@ -361,10 +408,10 @@ def held_body(data, release):
     """A request body: the first half of `data`, then nothing until `release` is set."""
     half = len(data) // 2
     for pos in range(0, half, MiB):
-        yield data[pos:pos + MiB]
+        yield data[pos : pos + MiB]
     release.wait(120)
     for pos in range(half, len(data), MiB):
-        yield data[pos:pos + MiB]
+        yield data[pos : pos + MiB]
 
 
 def writer_of(ioctx, image_id, timeout=60):
@@ -372,10 +419,7 @@ def writer_of(ioctx, image_id, timeout=60):
     as soon as it is there."""
     from glance_rbd_native import leftovers
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        mark = leftovers.marks(ioctx).get(image_id)
-        if mark:
-            return mark.get("pid")
-        time.sleep(0.05)
-    raise AssertionError(f"no upload of {image_id} in flight after {timeout} s")
+    mark = wait_for(lambda: leftovers.marks(ioctx).get(image_id), timeout, every=0.05)
+    if not mark:
+        raise AssertionError(f"no upload of {image_id} in flight after {timeout} s")
+    return mark.get("pid")

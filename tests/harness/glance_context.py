@@ -12,4 +12,5 @@ USER = "e2e-user"
 class ProjectContextMiddleware(context.UnauthenticatedContextMiddleware):
     def process_request(self, req):
         req.context = glance.context.RequestContext(
-            user_id=USER, project_id=PROJECT, roles=["admin"], is_admin=True)
+            user_id=USER, project_id=PROJECT, roles=["admin"], is_admin=True
+        )

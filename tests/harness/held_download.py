@@ -40,8 +40,9 @@ def main():
                 started = time.monotonic()
     except Exception as exc:  # the test reads what it was
         took = time.monotonic() - (started or time.monotonic())
-        print(f"failed: {type(exc).__name__}: {exc} after {took:.1f}s".replace("\n", " "),
-              flush=True)
+        print(
+            f"failed: {type(exc).__name__}: {exc} after {took:.1f}s".replace("\n", " "), flush=True
+        )
     else:
         print(f"read {read} bytes", flush=True)
     chunks, _ = store.get(locate(store, cluster, args.image))

@@ -17,8 +17,8 @@ import threading
 import time
 
 from tests.harness.cluster import Cluster
+from tests.harness.command import OWN_PID_NAMESPACE
 from tests.harness.data import MiB, data_of
-from tests.harness.glance_api import OWN_PID_NAMESPACE
 from tests.harness.stores import make_store
 
 
@@ -36,18 +36,19 @@ def main():
         import glance_rbd_native
 
         assert glance_rbd_native.patch()
-    store = make_store(Cluster.describe(args.conf, args.pool), chunk_mib=1, user=args.user,
-                       conf_file=args.conf)
+    store = make_store(
+        Cluster.describe(args.conf, args.pool), chunk_mib=1, user=args.user, conf_file=args.conf
+    )
     data = data_of(args.mib * MiB, seed=len(args.image))
 
     def source():
         half = len(data) // 2
         for pos in range(0, half, MiB):
-            yield data[pos:pos + MiB]
+            yield data[pos : pos + MiB]
         print("held", flush=True)
         sys.stdin.readline()
         for pos in range(half, len(data), MiB):
-            yield data[pos:pos + MiB]
+            yield data[pos : pos + MiB]
 
     outcome(lambda: store.add(args.image, IterReader(source()), 0, "sha512"))
     if args.then:
@@ -70,18 +71,39 @@ CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
 class Held:
     """A held upload in a child process, as the tests drive it: killed, frozen, let go."""
 
-    def __init__(self, cluster, image, driver="native", conf=None, user="admin", then=None,
-                 own_namespace=False):
+    def __init__(
+        self,
+        cluster,
+        image,
+        driver="native",
+        conf=None,
+        user="admin",
+        then=None,
+        own_namespace=False,
+    ):
         self.image = image
-        argv = [sys.executable, "-m", "tests.harness.held_upload", "--conf",
-                str(conf or cluster.conf_path), "--pool", cluster.pool, "--image", image,
-                "--driver", driver, "--user", user]
+        argv = [
+            sys.executable,
+            "-m",
+            "tests.harness.held_upload",
+            "--conf",
+            str(conf or cluster.conf_path),
+            "--pool",
+            cluster.pool,
+            "--image",
+            image,
+            "--driver",
+            driver,
+            "--user",
+            user,
+        ]
         if then:
             argv += ["--then", then]
         if own_namespace:
             argv = [*OWN_PID_NAMESPACE, *argv]
-        self.proc = subprocess.Popen(argv, cwd=CHECKOUT, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            argv, cwd=CHECKOUT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         line = self.proc.stdout.readline()
         assert line.strip() == "held", f"the upload did not get to the middle: {line!r}"
 
@@ -115,8 +137,9 @@ class Held:
         the test if there is none within `timeout`: the upload hangs."""
         started = time.monotonic()
         box = []
-        reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()),
-                                  daemon=True)
+        reader = threading.Thread(
+            target=lambda: box.append(self.proc.stdout.readline()), daemon=True
+        )
         reader.start()
         reader.join(timeout)
         assert box, f"no outcome within {timeout} s: the upload of {self.image} hangs"

@@ -69,9 +69,13 @@ class Latencies:
 
     def summary(self) -> dict:
         """What a report prints: milliseconds, the count and the failures."""
-        return {"p50_ms": round(self.p50 * 1000, 1), "p99_ms": round(self.p99 * 1000, 1),
-                "max_ms": round(self.max * 1000, 1), "count": self.count,
-                "failed": len(self.failed)}
+        return {
+            "p50_ms": round(self.p50 * 1000, 1),
+            "p99_ms": round(self.p99 * 1000, 1),
+            "max_ms": round(self.max * 1000, 1),
+            "count": self.count,
+            "failed": len(self.failed),
+        }
 
 
 def warm_up_transfers(api) -> None:
@@ -97,8 +101,7 @@ def warm_up(api, image_id: str, count: int = 20) -> None:
         api.request("GET", f"/v2/images/{image_id}")
 
 
-def measure(api, image_id: str, transfer, *, interval: float = INTERVAL,
-            timeout: float = TIMEOUT):
+def measure(api, image_id: str, transfer, *, interval: float = INTERVAL, timeout: float = TIMEOUT):
     """Runs `transfer()` while probing `api` (a tests.harness.glance_api.GlanceApi) with GETs of
     image `image_id`; returns what `transfer()` returned and the probe's Latencies. Requests
     still unanswered when the transfer ends are waited for, up to `timeout`."""

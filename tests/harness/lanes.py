@@ -66,9 +66,21 @@ class Lane:
         self.ended: float | None = None
         self.interrupted = False
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "-m", markers,
-             f"--timings-out={self.timings}", *args],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-m",
+                markers,
+                f"--timings-out={self.timings}",
+                *args,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         self._pump = threading.Thread(target=self._copy, name=f"lane-{name}", daemon=True)
         self._pump.start()
 
@@ -127,8 +139,11 @@ def run(args: list[str]) -> int:
                 continue
             statuses[lane.name] = status
             if len(statuses) < len(lanes):
-                print(f"\n[the {lane.name} lane ended after {lane.minutes():.1f} min, exit "
-                      f"{status}: {lane.last_line()}]", flush=True)
+                print(
+                    f"\n[the {lane.name} lane ended after {lane.minutes():.1f} min, exit "
+                    f"{status}: {lane.last_line()}]",
+                    flush=True,
+                )
             if status in ENDS_THE_OTHER:
                 interrupt_all(None, None)
     for lane in lanes[1:]:
@@ -157,16 +172,22 @@ def report(lanes: list[Lane], statuses: dict[str, int]) -> None:
         print(*lines, sep="\n")
     section("lanes")
     for lane in lanes:
-        print(f"{lane.name:9} {lane.minutes():5.1f} min  exit {statuses.get(lane.name)}  "
-              f"{lane.last_line()}")
+        print(
+            f"{lane.name:9} {lane.minutes():5.1f} min  exit {statuses.get(lane.name)}  "
+            f"{lane.last_line()}"
+        )
 
 
 # -- the rule between the lanes: a pytest plugin -------------------------------------------
 
+
 def pytest_configure(config):
-    config.addinivalue_line("markers", "alone: while it runs, the other lane of `make test` runs "
-                            "at the lowest priority (tests/harness/lanes.py): it measures memory "
-                            "or latency against stock's")
+    config.addinivalue_line(
+        "markers",
+        "alone: while it runs, the other lane of `make test` runs "
+        "at the lowest priority (tests/harness/lanes.py): it measures memory "
+        "or latency against stock's",
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -227,18 +248,25 @@ def _renice(roots: list[int], nice: int) -> None:
                 pending += map(int, (task / "children").read_text().split())
 
 
-def timing_sections(layers: dict[str, float], tests: dict[str, float], where: str = ""
-                    ) -> list[tuple[str, list[str]]]:
+def timing_sections(
+    layers: dict[str, float], tests: dict[str, float], where: str = ""
+) -> list[tuple[str, list[str]]]:
     """A long run's time by layer and its slowest tests, as (title, lines): what a session
     (tests/conftest.py) and the lanes' runner end with."""
     if sum(layers.values()) <= 60:
         return []
-    by_layer = [f"{layer:10} {seconds / 60:5.1f} min"
-                for layer, seconds in sorted(layers.items(), key=lambda item: -item[1])]
-    slowest = [f"{seconds:7.1f} s  {nodeid}"
-               for nodeid, seconds in sorted(tests.items(), key=lambda item: -item[1])[:SLOWEST]]
-    return [(f"time by layer{where} (setup, call and teardown of its tests)", by_layer),
-            (f"the {SLOWEST} slowest tests (setup, call and teardown)", slowest)]
+    by_layer = [
+        f"{layer:10} {seconds / 60:5.1f} min"
+        for layer, seconds in sorted(layers.items(), key=lambda item: -item[1])
+    ]
+    slowest = [
+        f"{seconds:7.1f} s  {nodeid}"
+        for nodeid, seconds in sorted(tests.items(), key=lambda item: -item[1])[:SLOWEST]
+    ]
+    return [
+        (f"time by layer{where} (setup, call and teardown of its tests)", by_layer),
+        (f"the {SLOWEST} slowest tests (setup, call and teardown)", slowest),
+    ]
 
 
 def section(title: str) -> None:

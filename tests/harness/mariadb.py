@@ -27,13 +27,26 @@ class MariaDB:
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         # No system tables (mariadb-install-db needs the client package), hence no grant
         # tables: any local user may connect, and only through a socket in our directory.
-        cmd = ["mariadbd", "--no-defaults", f"--datadir={self.root / 'data'}",
-               f"--socket={self.socket}", "--skip-networking", "--skip-grant-tables",
-               "--user=root", f"--log-error={self.root / 'mariadb.log'}",
-               "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M"]
+        cmd = [
+            "mariadbd",
+            "--no-defaults",
+            f"--datadir={self.root / 'data'}",
+            f"--socket={self.socket}",
+            "--skip-networking",
+            "--skip-grant-tables",
+            "--user=root",
+            f"--log-error={self.root / 'mariadb.log'}",
+            "--innodb-buffer-pool-size=64M",
+            "--innodb-log-file-size=16M",
+        ]
         atexit.register(self.stop)  # don't leak the server if the caller dies first
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+        self._proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 60
         while True:
             if self._proc.poll() is not None:

@@ -54,8 +54,10 @@ class Peak:
         """{pid: peak RSS in MiB}."""
         self._done.set()
         self._thread.join()
-        return {pid: max(self.sampled[pid], status_mib(pid, "VmHWM") if self.reset else 0)
-                for pid in self.pids}
+        return {
+            pid: max(self.sampled[pid], status_mib(pid, "VmHWM") if self.reset else 0)
+            for pid in self.pids
+        }
 
     @property
     def source(self) -> str:

@@ -7,8 +7,11 @@ import uuid
 
 import glance_rbd_native
 
-glance_rbd_native.RbdWriter(os.environ["GRN_PRECONNECT_POOL"], f"preconnect-{uuid.uuid4()}",
-                            conffile=os.environ["GRN_PRECONNECT_CONF"],
-                            user=os.environ["GRN_PRECONNECT_USER"]).abort()
+glance_rbd_native.RbdWriter(
+    os.environ["GRN_PRECONNECT_POOL"],
+    f"preconnect-{uuid.uuid4()}",
+    conffile=os.environ["GRN_PRECONNECT_CONF"],
+    user=os.environ["GRN_PRECONNECT_USER"],
+).abort()
 assert glance_rbd_native.connection_count() == 1
 print(f"glance-rbd-native: connected in uWSGI's master, pid {os.getpid()}", flush=True)

@@ -13,8 +13,31 @@ from tests.harness.data import MiB
 SNAP = rbd_driver.DEFAULT_SNAPNAME
 
 
-def make_store(cluster, *, chunk_mib=8, thin=False, backend=None, timeout=-1, pool=None,
-               user=None, conf_file=None, defaults=()):
+def glance_api_conf(path, pool, user, ceph_conf, extra=""):
+    """Writes at `path` a glance-api.conf with one rbd store, [glance_store], on `pool` as
+    `user` of `ceph_conf` (what `glance-rbd-native` reads); `extra`: more lines of the section."""
+    path.write_text(f"""[glance_store]
+stores = rbd
+default_store = rbd
+rbd_store_pool = {pool}
+rbd_store_user = {user}
+rbd_store_ceph_conf = {ceph_conf}
+{extra}""")
+    return path
+
+
+def make_store(
+    cluster,
+    *,
+    chunk_mib=8,
+    thin=False,
+    backend=None,
+    timeout=-1,
+    pool=None,
+    user=None,
+    conf_file=None,
+    defaults=(),
+):
     """A configured glance_store rbd Store on `cluster`, single-store or in a multi-store set-up,
     connecting as the cluster's store user (client.admin unless the cluster names another).
 

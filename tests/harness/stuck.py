@@ -29,8 +29,13 @@ def report(pids: list[int]) -> str:
         if shutil.which("gdb"):
             stacks = subprocess.run(
                 ["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 30"],
-                capture_output=True, text=True, timeout=120, check=False)
-            lines += [line for line in stacks.stdout.splitlines()
-                      if line.startswith(("Thread ", "#"))] or [stacks.stderr.strip()]
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            lines += [
+                line for line in stacks.stdout.splitlines() if line.startswith(("Thread ", "#"))
+            ] or [stacks.stderr.strip()]
         parts.append("\n".join(lines))
     return "\n".join(parts)

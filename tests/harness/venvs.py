@@ -13,6 +13,16 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def cargo_version() -> str:
+    """The version, as Cargo.toml writes it once for both crates (``[workspace.package]``)."""
+    import tomllib
+
+    with open(ROOT / "Cargo.toml", "rb") as stream:
+        return tomllib.load(stream)["workspace"]["package"]["version"]
+
+
 VENVS = ROOT / ".venv-matrix"
 SYSTEM_PYTHON = "/usr/bin/python3"
 # Every release that operators run, each proved against its own stock driver; see the README.
@@ -20,8 +30,13 @@ MATRIX = ("4.1.0", "4.3.3", "4.7.1", "4.9.1", "5.0.0", "5.2.0", "5.7.0")
 # The newest glance with the eventlet `glance-api` server, with the glance_store and eventlet
 # that openstack/requirements pins for it (stable/2026.1).
 EVENTLET_GLANCE = "glance-32.0.0"
-EVENTLET_GLANCE_REQUIREMENTS = ["glance==32.0.0", "glance-store==5.4.0", "eventlet==0.40.4",
-                                "PyMySQL", "pyOpenSSL>=24"]
+EVENTLET_GLANCE_REQUIREMENTS = [
+    "glance==32.0.0",
+    "glance-store==5.4.0",
+    "eventlet==0.40.4",
+    "PyMySQL",
+    "pyOpenSSL>=24",
+]
 
 
 def _parse(version: str) -> tuple[int, ...]:
@@ -30,9 +45,14 @@ def _parse(version: str) -> tuple[int, ...]:
 
 def requirements(version: str) -> list[str]:
     """What a release needs besides itself to import its rbd driver and run the tests."""
-    reqs = [f"glance-store=={version}", "pytest>=7", "hypothesis>=6", "numpy",
-            # pip's cryptography breaks Debian's pyOpenSSL in a --system-site-packages venv.
-            "pyOpenSSL>=24"]
+    reqs = [
+        f"glance-store=={version}",
+        "pytest>=7",
+        "hypothesis>=6",
+        "numpy",
+        # pip's cryptography breaks Debian's pyOpenSSL in a --system-site-packages venv.
+        "pyOpenSSL>=24",
+    ]
     if _parse(version) < (4, 9):
         reqs.append("oslo.utils<10")  # these import secretutils.md5, gone from oslo.utils 10
     if (4, 4) <= _parse(version) < (5, 7):
@@ -46,8 +66,9 @@ def wheel(platform: str = "x86_64") -> pathlib.Path:
     found = sorted((ROOT / "target" / "wheels").glob(f"glance_rbd_native-*-linux_{platform}.whl"))
     if len(found) != 1:
         make = "make build-arm64" if platform == "aarch64" else "make build"
-        raise FileNotFoundError(f"expected one {platform} wheel in target/wheels (run `{make}`): "
-                                f"{found}")
+        raise FileNotFoundError(
+            f"expected one {platform} wheel in target/wheels (run `{make}`): {found}"
+        )
     return found[0]
 
 
@@ -68,14 +89,16 @@ def interpreter(version: str) -> pathlib.Path | None:
     for candidate in sorted(pyenv.glob(f"versions/{version}.*/bin/python{version}")):
         return candidate
     found = shutil.which(f"python{version}")
-    if found and "/shims/" not in found and \
-            os.path.realpath(found) != os.path.realpath(SYSTEM_PYTHON):
+    if (
+        found
+        and "/shims/" not in found
+        and os.path.realpath(found) != os.path.realpath(SYSTEM_PYTHON)
+    ):
         return pathlib.Path(found)
     return None
 
 
-def ensure(name: str, reqs: list[str], base: str | pathlib.Path = SYSTEM_PYTHON
-           ) -> pathlib.Path:
+def ensure(name: str, reqs: list[str], base: str | pathlib.Path = SYSTEM_PYTHON) -> pathlib.Path:
     """The python of virtualenv `name` with `reqs` and the current wheel in it; made once, then
     reused while `reqs` stay the same. Made from Debian's python3 with its site packages, or
     from another interpreter `base` without them."""
@@ -102,8 +125,10 @@ def _run(*argv) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     result = subprocess.run([str(a) for a in argv], env=env, capture_output=True, text=True)
     if result.returncode:
-        raise RuntimeError(f"{' '.join(map(str, argv))} failed ({result.returncode}):\n"
-                           f"{result.stdout[-3000:]}{result.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{' '.join(map(str, argv))} failed ({result.returncode}):\n"
+            f"{result.stdout[-3000:]}{result.stderr[-3000:]}"
+        )
 
 
 if __name__ == "__main__":

@@ -37,21 +37,42 @@ HARD_EXIT = 3
 
 def pytest_addoption(parser):
     group = parser.getgroup("watchdog", "the run's watchdog (tests/harness/watchdog.py)")
-    group.addoption("--time-limit", type=float, default=900.0, metavar="SECONDS",
-                    help="the longest a test's setup, call or teardown may take, unless its "
-                         "time_limit mark says otherwise (default 900; 0: none)")
-    group.addoption("--min-free-gib", type=float, default=2.0, metavar="GIB",
-                    help="the run ends once a test cluster's disk has less free (default 2)")
-    group.addoption("--hard-exit-after", type=float, default=60.0, metavar="SECONDS",
-                    help="how long the main thread has to end the test once told, before the "
-                         "watchdog ends the process itself (default 60)")
+    group.addoption(
+        "--time-limit",
+        type=float,
+        default=900.0,
+        metavar="SECONDS",
+        help="the longest a test's setup, call or teardown may take, unless its "
+        "time_limit mark says otherwise (default 900; 0: none)",
+    )
+    group.addoption(
+        "--min-free-gib",
+        type=float,
+        default=2.0,
+        metavar="GIB",
+        help="the run ends once a test cluster's disk has less free (default 2)",
+    )
+    group.addoption(
+        "--hard-exit-after",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long the main thread has to end the test once told, before the "
+        "watchdog ends the process itself (default 60)",
+    )
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "time_limit(seconds): this test's own limit for each of "
-                            "its phases, in place of --time-limit")
-    dog = Watchdog(config.getoption("time_limit"), config.getoption("min_free_gib") * GIB,
-                   config.getoption("hard_exit_after"))
+    config.addinivalue_line(
+        "markers",
+        "time_limit(seconds): this test's own limit for each of "
+        "its phases, in place of --time-limit",
+    )
+    dog = Watchdog(
+        config.getoption("time_limit"),
+        config.getoption("min_free_gib") * GIB,
+        config.getoption("hard_exit_after"),
+    )
     config.pluginmanager.register(dog, "watchdog")
     dog.start()
 
@@ -107,8 +128,14 @@ class Watchdog:
             raise KeyboardInterrupt(self.ended)
         mark = item.get_closest_marker("time_limit")
         limit = float(mark.args[0]) if mark else self.time_limit
-        self._phase = (f"{item.nodeid} ({when}): past its time limit of {limit:g} s",
-                       time.monotonic() + limit) if limit else None
+        self._phase = (
+            (
+                f"{item.nodeid} ({when}): past its time limit of {limit:g} s",
+                time.monotonic() + limit,
+            )
+            if limit
+            else None
+        )
 
     def _end(self) -> None:
         self._phase = None
@@ -165,14 +192,18 @@ class Watchdog:
         """What makes going on pointless: a cluster's daemon gone, or its disk nearly full."""
         for cluster in list(Cluster.watched):
             for name in cluster.dead():
-                return (f"{name} of the test cluster in {cluster.root} died "
-                        f"({cluster.exit_status(name)}); the last lines of its log:\n"
-                        f"{cluster.log_tail(name)}")
+                return (
+                    f"{name} of the test cluster in {cluster.root} died "
+                    f"({cluster.exit_status(name)}); the last lines of its log:\n"
+                    f"{cluster.log_tail(name)}"
+                )
             free = shutil.disk_usage(cluster.root).free
             if free < self.min_free:
-                return (f"the disk of the test cluster in {cluster.root} has "
-                        f"{free / GIB:.1f} GiB free, less than --min-free-gib "
-                        f"{self.min_free / GIB:g}: its OSD would stop (ENOSPC)")
+                return (
+                    f"the disk of the test cluster in {cluster.root} has "
+                    f"{free / GIB:.1f} GiB free, less than --min-free-gib "
+                    f"{self.min_free / GIB:g}: its OSD would stop (ENOSPC)"
+                )
         return None
 
     def _tell(self) -> None:
@@ -183,8 +214,10 @@ class Watchdog:
 
     def _hard_exit(self) -> None:
         why = self.ended or self._overrun or "?"
-        self._write(f"\nwatchdog: {why}\nwatchdog: the main thread did not stop in "
-                    f"{self.hard_exit_after:g} s; every thread's stack:\n")
+        self._write(
+            f"\nwatchdog: {why}\nwatchdog: the main thread did not stop in "
+            f"{self.hard_exit_after:g} s; every thread's stack:\n"
+        )
         faulthandler.dump_traceback(self._stderr, all_threads=True)
         for cluster in list(Cluster.watched):
             cluster.kill_daemons()

@@ -12,6 +12,8 @@ import pytest
 from glance_rbd_native import RbdWriter
 from tests.harness.data import MiB, data_of, new_name
 
+pytestmark = pytest.mark.cluster
+
 
 def _ready(cluster) -> None:
     """Tells the parent where the cluster is."""
@@ -22,8 +24,15 @@ def _writer(cluster, size=0) -> RbdWriter:
     """One MiB in flight: a write waits for room as soon as the OSD stops answering, in a wait
     that lets signal handlers run. Without a size, the image grows by synchronous resizes,
     which do not."""
-    return RbdWriter(cluster.pool, new_name("watched"), size, conffile=str(cluster.conf_path),
-                     user="admin", order=20, max_in_flight=MiB)
+    return RbdWriter(
+        cluster.pool,
+        new_name("watched"),
+        size,
+        conffile=str(cluster.conf_path),
+        user="admin",
+        order=20,
+        max_in_flight=MiB,
+    )
 
 
 def test_writes_until_the_run_ends(cluster):

@@ -26,15 +26,33 @@ import errno
 import re
 import time
 from collections.abc import Iterable
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, TypedDict, cast
 
 from glance_rbd_native.leftovers import images, index
-from glance_rbd_native.leftovers.images import Header
+from glance_rbd_native.leftovers.images import Header, Watcher
 from glance_rbd_native.leftovers.index import INDEX, Mark, printable
 from glance_rbd_native.leftovers.sight import Host, Sight, look
+from glance_rbd_native.units import duration
 
-__all__ = ["INDEX", "Header", "Mark", "Pool", "Upload", "connect", "duration", "inspect",
-           "judge", "marks", "printable", "reclaim", "remove", "unmarked", "uploads"]
+if TYPE_CHECKING:
+    import rados
+
+__all__ = [
+    "INDEX",
+    "Header",
+    "Mark",
+    "Pool",
+    "Upload",
+    "connect",
+    "inspect",
+    "judge",
+    "marks",
+    "printable",
+    "reclaim",
+    "remove",
+    "unmarked",
+    "uploads",
+]
 
 # A writer that cannot be seen, with no watch and no refresh of its mark for this long, is
 # presumed gone: the default of `[glance_rbd_native] presume_gone_after`.
@@ -45,6 +63,30 @@ FENCE_SECONDS = 7 * 86400
 UNWATCH_WAIT = 20
 # glance's image ids, the only names an image without a mark may have to be listed.
 GLANCE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class _UploadDict(TypedDict):
+    pool: str
+    image: str
+    state: str
+    reason: str
+    host: Optional[str]
+    pid: Optional[int]
+    cgroup: Optional[str]
+    started: Optional[float]
+    age_seconds: Optional[float]
+    refreshed_seconds_ago: Optional[float]
+    bytes: Optional[int]
+    size: Optional[int]
+    rate_bytes_per_second: Optional[int]
+    watchers: list[Optional[str]]
+
+
+class UploadDict(_UploadDict, total=False):
+    """An upload as the command prints it in JSON (``Upload.as_dict``)."""
+
+    # What ``sweep --remove`` did with it.
+    outcome: str
 
 
 @dataclasses.dataclass
@@ -65,7 +107,7 @@ class Upload:
     state: str
     reason: str
     header: Optional[Header] = None
-    watchers: list = dataclasses.field(default_factory=list)
+    watchers: list[Watcher] = dataclasses.field(default_factory=list)
     # Whether its writer must be fenced before the image goes: it may wake.
     fence: bool = False
 
@@ -76,7 +118,7 @@ class Upload:
             return "unknown writer"
         return printable(f"pid {self.mark.get('pid')} on {self.mark.get('host')}")
 
-    def as_dict(self, now: Optional[float] = None) -> dict:
+    def as_dict(self, now: Optional[float] = None) -> UploadDict:
         now = time.time() if now is None else now
         fields = (self.mark.fields if self.mark else None) or {}
         created = self.header.created if self.header else None
@@ -92,8 +134,9 @@ class Upload:
             "cgroup": fields.get("cgroup"),
             "started": started,
             "age_seconds": round(now - started, 1) if started else None,
-            "refreshed_seconds_ago": (round(now - fields["updated"], 1)
-                                      if "updated" in fields else None),
+            "refreshed_seconds_ago": (
+                round(now - fields["updated"], 1) if "updated" in fields else None
+            ),
             "bytes": fields.get("bytes"),
             "size": fields.get("size"),
             "rate_bytes_per_second": (round(fields["bytes"] / elapsed) if elapsed > 0 else None),
@@ -104,20 +147,24 @@ class Upload:
 class Pool:
     """One pool, as the sweep reads it, through Ceph's Python bindings."""
 
-    def __init__(self, cluster, ioctx):
+    def __init__(self, cluster: "rados.Rados", ioctx: "rados.Ioctx") -> None:
         self.cluster = cluster
         self.ioctx = ioctx
-        self.name = ioctx.get_pool_name()
+        self.name: str = ioctx.get_pool_name()
 
 
-def connect(conffile: Optional[str], user: Optional[str], timeout: Optional[int] = None):
+def connect(
+    conffile: Optional[str], user: Optional[str], timeout: Optional[int] = None
+) -> "rados.Rados":
     """A connected ``rados.Rados``, as the stock driver makes one (the native writer's settings)."""
     import rados
+
+    from glance_rbd_native._native import _TIMEOUT_OPTIONS
 
     # None: librados' default search path, as the native writer (an empty name reads no file).
     cluster = rados.Rados(conffile=conffile or None, rados_id=user or None)
     if timeout is not None:
-        for key in ("rados_osd_op_timeout", "rados_mon_op_timeout", "client_mount_timeout"):
+        for key in _TIMEOUT_OPTIONS:
             cluster.conf_set(key, str(timeout))
     try:
         cluster.connect()
@@ -127,13 +174,19 @@ def connect(conffile: Optional[str], user: Optional[str], timeout: Optional[int]
     return cluster
 
 
-def marks(ioctx) -> dict:
+def marks(ioctx: "rados.Ioctx") -> dict[str, Mark]:
     """{image: Mark} of every upload marked in the pool of ``ioctx``."""
     return index.read(ioctx)
 
 
-def judge(mark: Mark, header: Optional[Header], watchers: list, sight: tuple, now: float,
-          presume_gone_after: float) -> tuple:
+def judge(
+    mark: Mark,
+    header: Optional[Header],
+    watchers: list[Watcher],
+    sight: tuple[Sight, str],
+    now: float,
+    presume_gone_after: float,
+) -> tuple[str, str, bool]:
     """(state, reason, fence) of the upload marked by ``mark``, of the image whose ``header``
     and ``watchers`` were read, and whose writer looks as ``sight`` says (``sight.look``)."""
     if mark.fields is None:
@@ -142,8 +195,14 @@ def judge(mark: Mark, header: Optional[Header], watchers: list, sight: tuple, no
         return "missing", "no image: a stale mark", False
     marked_id = mark.get("image_id")
     if marked_id is not None and marked_id != header.id:
-        return "missing", (f"its image (id {marked_id}) is gone, and the name is another "
-                           f"image's (id {header.id}): a stale mark"), False
+        return (
+            "missing",
+            (
+                f"its image (id {marked_id}) is gone, and the name is another "
+                f"image's (id {header.id}): a stale mark"
+            ),
+            False,
+        )
     if header.snapshots:
         return "finished", f"has snapshot {', '.join(header.snapshots)}: never touched", False
     if header.parent:
@@ -162,19 +221,42 @@ def judge(mark: Mark, header: Optional[Header], watchers: list, sight: tuple, no
         return "alive", f"its writer holds its watch on the image ({why})", False
     quiet = now - mark.get("updated")
     if quiet < presume_gone_after:
-        return "silent", (f"no watch, and its mark last refreshed {duration(quiet)} ago ({why}): "
-                          f"presumed gone after {duration(presume_gone_after)} without either"
-                          ), False
+        return (
+            "silent",
+            (
+                f"no watch, and its mark last refreshed {duration(quiet)} ago ({why}): "
+                f"presumed gone after {duration(presume_gone_after)} without either"
+            ),
+            False,
+        )
     if not mark.get("addr"):
-        return "silent", (f"no watch, and its mark last refreshed {duration(quiet)} ago ({why}), "
-                          "but its mark (of an older release) does not name its client, which "
-                          "cannot be fenced: never touched"), False
-    return "gone", (f"no watch, and no refresh of its mark for {duration(quiet)} ({why}): "
-                    "presumed gone; its client is fenced first"), True
+        return (
+            "silent",
+            (
+                f"no watch, and its mark last refreshed {duration(quiet)} ago ({why}), "
+                "but its mark (of an older release) does not name its client, which "
+                "cannot be fenced: never touched"
+            ),
+            False,
+        )
+    return (
+        "gone",
+        (
+            f"no watch, and no refresh of its mark for {duration(quiet)} ({why}): "
+            "presumed gone; its client is fenced first"
+        ),
+        True,
+    )
 
 
-def inspect(pool: Pool, name: str, mark: Optional[Mark], presume_gone_after: float,
-            host: Optional[Host] = None, now: Optional[float] = None) -> Upload:
+def inspect(
+    pool: Pool,
+    name: str,
+    mark: Optional[Mark],
+    presume_gone_after: float,
+    host: Optional[Host] = None,
+    now: Optional[float] = None,
+) -> Upload:
     """What the upload of ``name``, marked by ``mark`` (None: unmarked), is now."""
     host = host or Host()
     now = time.time() if now is None else now
@@ -185,12 +267,13 @@ def inspect(pool: Pool, name: str, mark: Optional[Mark], presume_gone_after: flo
         upload.state, upload.reason = _unmarked_state(header, watchers)
         return upload
     sight = look(mark.fields, host) if mark.fields else (Sight.UNSEEN, "")
-    upload.state, upload.reason, upload.fence = judge(mark, header, watchers, sight, now,
-                                                      presume_gone_after)
+    upload.state, upload.reason, upload.fence = judge(
+        mark, header, watchers, sight, now, presume_gone_after
+    )
     return upload
 
 
-def _unmarked_state(header: Optional[Header], watchers: list) -> tuple:
+def _unmarked_state(header: Optional[Header], watchers: list[Watcher]) -> tuple[str, str]:
     if header is None:
         return "missing", "no image"
     if header.snapshots:
@@ -202,16 +285,20 @@ def _unmarked_state(header: Optional[Header], watchers: list) -> tuple:
     return "unmarked", "no snapshot, no parent, no watcher, and no mark"
 
 
-def uploads(pool: Pool, presume_gone_after: float = PRESUME_GONE_AFTER,
-            host: Optional[Host] = None) -> list:
+def uploads(
+    pool: Pool, presume_gone_after: float = PRESUME_GONE_AFTER, host: Optional[Host] = None
+) -> list[Upload]:
     """Every upload marked in the pool, inspected."""
     host = host or Host()
-    return [inspect(pool, name, mark, presume_gone_after, host)
-            for name, mark in sorted(marks(pool.ioctx).items())]
+    return [
+        inspect(pool, name, mark, presume_gone_after, host)
+        for name, mark in sorted(marks(pool.ioctx).items())
+    ]
 
 
-def unmarked(pool: Pool, older_than: float, skip: Iterable[str] = (),
-             referenced: Optional[set] = None) -> list:
+def unmarked(
+    pool: Pool, older_than: float, skip: Iterable[str] = (), referenced: Optional[set[str]] = None
+) -> list[Upload]:
     """Partial images without a mark (stock's, another tool's) named as glance names images,
     with no watcher, created more than ``older_than`` seconds ago, and not in ``referenced``
     (the image ids and locations glance's database holds, when it could be read). This lists
@@ -240,15 +327,16 @@ def remove(pool: Pool, upload: Upload) -> str:
     fenced first. Returns what was done: "removed", "fenced and removed", "already removed",
     "stale mark dropped", or why it was left."""
     if upload.state in ("missing", "finished"):
-        if index.remove(pool.ioctx, upload.mark):
+        # A stale mark: unmarked() lists no missing or finished image.
+        if index.remove(pool.ioctx, cast(Mark, upload.mark)):
             return "stale mark dropped"
         return "left: its mark changed since it was judged"
     if upload.state not in ("gone", "unmarked"):
         return f"left: {upload.state}"
-    header = upload.header
+    header = cast(Header, upload.header)  # gone or unmarked: it has one (judge, _unmarked_state)
     if upload.mark is not None:
-        current = marks(pool.ioctx).get(upload.image)
-        if current is None or current.raw != upload.mark.raw:
+        stored = marks(pool.ioctx).get(upload.image)
+        if stored is None or stored.raw != upload.mark.raw:
             return "left: its mark changed since it was judged"
     if images.image_id(pool.ioctx, upload.image) != header.id:
         return "left: the name is another image's now"
@@ -260,14 +348,16 @@ def remove(pool: Pool, upload: Upload) -> str:
         if upload.mark is not None:
             index.remove(pool.ioctx, upload.mark)
         return "already removed"
-    own, others = [], []
+    own: list[Watcher] = []
+    others: list[Watcher] = []
     for watcher in current.watchers:
         (own if client is not None and watcher.get("id") == client else others).append(watcher)
     if others:
         return f"left: another client watches it now ({', '.join(w['addr'] for w in others)})"
     done = ""
     if upload.fence:
-        refused = _fence(pool.cluster, upload.mark.get("addr"), FENCE_SECONDS)
+        # Only a marked writer is ever fenced (judge).
+        refused = _fence(pool.cluster, cast(Mark, upload.mark).get("addr"), FENCE_SECONDS)
         if refused:
             return f"left: {refused}"
         done = "fenced and "
@@ -286,7 +376,7 @@ def remove(pool: Pool, upload: Upload) -> str:
     return done + outcome
 
 
-def _watchers(pool: Pool, name: str) -> list:
+def _watchers(pool: Pool, name: str) -> list[Watcher]:
     again = images.header(pool.ioctx, name)
     return list(again.watchers) if again else []
 
@@ -301,7 +391,7 @@ def _unwatched(pool: Pool, name: str, client: Optional[int]) -> bool:
         time.sleep(1)
 
 
-def _fence(cluster, addr: str, seconds: int) -> Optional[str]:
+def _fence(cluster: "rados.Rados", addr: str, seconds: int) -> Optional[str]:
     """Blocklists the librados client at ``addr`` (its nonce names that one client instance)
     for ``seconds`` (0: the cluster's default); None when done, else why not."""
     import rados
@@ -309,19 +399,29 @@ def _fence(cluster, addr: str, seconds: int) -> Optional[str]:
     try:
         cluster.blocklist_add(addr, seconds)
     except (rados.PermissionError, rados.PermissionDeniedError) as exc:
-        return (f"fencing its writer's client {addr} was refused ({exc}): glance's cephx user "
-                "needs the mon cap 'profile rbd' (which allows `osd blocklist`); 'allow r' "
-                "does not")
+        return (
+            f"fencing its writer's client {addr} was refused ({exc}): glance's cephx user "
+            "needs the mon cap 'profile rbd' (which allows `osd blocklist`); 'allow r' "
+            "does not"
+        )
     except rados.Error as exc:
         if getattr(exc, "errno", None) == errno.EACCES:
-            return (f"fencing its writer's client {addr} was refused: glance's cephx user "
-                    "needs the mon cap 'profile rbd'")
+            return (
+                f"fencing its writer's client {addr} was refused: glance's cephx user "
+                "needs the mon cap 'profile rbd'"
+            )
         return f"fencing its writer's client {addr} failed: {exc}"
     return None
 
 
-def reclaim(conffile: Optional[str], user: Optional[str], timeout: Optional[int], pool: str,
-            image: str, presume_gone_after: float = PRESUME_GONE_AFTER) -> Optional[Upload]:
+def reclaim(
+    conffile: Optional[str],
+    user: Optional[str],
+    timeout: Optional[int],
+    pool: str,
+    image: str,
+    presume_gone_after: float = PRESUME_GONE_AFTER,
+) -> Optional[Upload]:
     """For ``add``, which found ``image`` already there: removes it if it is a partial upload
     whose writer is gone (``remove``). Returns the Upload removed, or None (left as it is). Logs
     nothing: under eventlet it runs on a pool thread, and the caller logs."""
@@ -340,17 +440,3 @@ def reclaim(conffile: Optional[str], user: Optional[str], timeout: Optional[int]
             return upload
     finally:
         cluster.shutdown()
-
-
-def duration(seconds: Optional[float]) -> str:
-    """3s, 4m05s, 2h07m, 3d04h."""
-    if seconds is None:
-        return "?"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

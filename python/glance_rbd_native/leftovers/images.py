@@ -14,7 +14,10 @@ librbd's own removal (by name) is used by nothing here.
 import dataclasses
 import struct
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, TypedDict, cast
+
+if TYPE_CHECKING:
+    import rados
 
 ID_PREFIX = "rbd_id."
 # How long a watcher that is not the writer's may take to go before it counts: another sweep's
@@ -22,20 +25,27 @@ ID_PREFIX = "rbd_id."
 SETTLE = 3.0
 
 
+class Watcher(TypedDict):
+    """A client watching an image, as librbd lists it (``Image.watchers_list``)."""
+
+    id: int  # its librados client's global id
+    addr: str
+    cookie: int
+
+
 @dataclasses.dataclass(frozen=True)
 class Header:
     """What an image's header says of it, read at one moment."""
 
     id: str
-    snapshots: tuple
+    snapshots: tuple[str, ...]
     # "pool/image@snapshot" of a clone's parent, None for an image that is not one.
     parent: Optional[str]
     created: Optional[float]
-    # [{"id": global id, "addr": address, "cookie": cookie}]
-    watchers: tuple
+    watchers: tuple[Watcher, ...]
 
 
-def image_id(ioctx, name: str) -> Optional[str]:
+def image_id(ioctx: "rados.Ioctx", name: str) -> Optional[str]:
     """The id of image ``name``, None if there is no such image (of format 2), read from its
     id object: no open."""
     import rados
@@ -47,7 +57,7 @@ def image_id(ioctx, name: str) -> Optional[str]:
     return _string(data, 0)[0]
 
 
-def header(ioctx, name: str) -> Optional[Header]:
+def header(ioctx: "rados.Ioctx", name: str) -> Optional[Header]:
     """The header of image ``name``, None if there is no such image."""
     import rbd
 
@@ -62,13 +72,20 @@ def header(ioctx, name: str) -> Optional[Header]:
                 created = image.create_timestamp().timestamp()
             except (rbd.Error, AttributeError):
                 created = None
-            return Header(image.id(), tuple(sorted(s["name"] for s in image.list_snaps())),
-                          parent, created, tuple(image.watchers_list()))
+            return Header(
+                image.id(),
+                tuple(sorted(s["name"] for s in image.list_snaps())),
+                parent,
+                created,
+                tuple(image.watchers_list()),
+            )
     except rbd.ImageNotFound:
         return None
 
 
-def settled(ioctx, name: str, ident: str, writer: Optional[int] = None) -> Optional[Header]:
+def settled(
+    ioctx: "rados.Ioctx", name: str, ident: str, writer: Optional[int] = None
+) -> Optional[Header]:
     """The header of image ``name`` once no client but ``writer`` (a global id) watches it, or
     as it is after ``SETTLE`` seconds; None once the name is no longer image ``ident`` (removed
     meanwhile, by another sweep)."""
@@ -77,20 +94,19 @@ def settled(ioctx, name: str, ident: str, writer: Optional[int] = None) -> Optio
         current = header(ioctx, name)
         if current is None or current.id != ident:
             return None
-        if (all(w.get("id") == writer for w in current.watchers)
-                or time.monotonic() > deadline):
+        if all(w.get("id") == writer for w in current.watchers) or time.monotonic() > deadline:
             return current
         time.sleep(0.2)
 
 
-def _string(data: bytes, offset: int) -> tuple:
+def _string(data: bytes, offset: int) -> tuple[str, int]:
     """A Ceph-encoded string at ``offset`` (u32 length, bytes), and the offset after it."""
     (length,) = struct.unpack_from("<I", data, offset)
     start = offset + 4
-    return data[start:start + length].decode("utf-8", "backslashreplace"), start + length
+    return data[start : start + length].decode("utf-8", "backslashreplace"), start + length
 
 
-def remove(ioctx, name: str, ident: str) -> str:
+def remove(ioctx: "rados.Ioctx", name: str, ident: str) -> str:
     """Removes image ``name`` if its id is still ``ident``. Returns what was done: "removed",
     "already removed", or why it was left."""
     import rbd
@@ -113,8 +129,10 @@ def remove(ioctx, name: str, ident: str) -> str:
     except rbd.ImageBusy:
         # No watcher (checked above), yet its exclusive lock could not be taken: librbd breaks
         # a dead owner's lock by blocklisting it, which the user's caps may refuse.
-        return ("left: librbd could not take its exclusive lock from its dead writer (breaking "
-                "it blocklists the writer: glance's cephx user needs the mon cap 'profile rbd')")
+        return (
+            "left: librbd could not take its exclusive lock from its dead writer (breaking "
+            "it blocklists the writer: glance's cephx user needs the mon cap 'profile rbd')"
+        )
     except rbd.Error as exc:
         # Another sweep moving it at the same moment (ESTALE): gone from here either way.
         if image_id(ioctx, name) != ident:
@@ -136,21 +154,25 @@ def remove(ioctx, name: str, ident: str) -> str:
         try:
             rbd.RBD().trash_restore(ioctx, ident, name)
         except rbd.Error as again:
-            return (f"left in the trash as id {ident} ({exc}; restoring it under its name "
-                    f"failed: {again}): `rbd trash restore --image-id {ident}` brings it back")
+            return (
+                f"left in the trash as id {ident} ({exc}; restoring it under its name "
+                f"failed: {again}): `rbd trash restore --image-id {ident}` brings it back"
+            )
         return f"left: {exc}"
     except rbd.Error as exc:
         if _trash_entry(ioctx, ident) is None:
             return "already removed"  # by another sweep, at the same moment
-        return (f"left in the trash as id {ident}: removing it failed ({exc}); `rbd trash "
-                f"rm {ident}` removes it")
+        return (
+            f"left in the trash as id {ident}: removing it failed ({exc}); `rbd trash "
+            f"rm {ident}` removes it"
+        )
     return "removed"
 
 
-def _trash_entry(ioctx, ident: str) -> Optional[dict]:
+def _trash_entry(ioctx: "rados.Ioctx", ident: str) -> Optional[dict[str, Any]]:
     import rbd
 
     try:
-        return rbd.RBD().trash_get(ioctx, ident)
+        return cast(dict[str, Any], rbd.RBD().trash_get(ioctx, ident))
     except rbd.ImageNotFound:
         return None

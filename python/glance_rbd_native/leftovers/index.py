@@ -1,5 +1,5 @@
 """The index of the uploads in flight: one omap entry per image in the pool's object ``INDEX``,
-written by the native writer (``src/transfer/mark.rs``), keyed by image name.
+written by the native writer (``core/src/transfer/mark.rs``), keyed by image name.
 
 A mark says who writes: host, boot id, pid, process start, pid namespace and cgroup (which
 container), the librados client (its global id and address), the image's id, when it started,
@@ -11,17 +11,27 @@ import dataclasses
 import errno
 import json
 import math
-from typing import Any, Optional
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+if TYPE_CHECKING:
+    import rados
 
 INDEX = "glance_rbd_native.uploads"
 # A page of the index: it holds the uploads in flight, not the pool's images.
 PAGE = 1000
 
 # Fields every mark has, with their types. Marks of older releases lack the optional ones.
-REQUIRED = {"host": str, "boot_id": str, "pid": int, "process_start": int, "started": float,
-            "updated": float, "bytes": int}
-OPTIONAL = {"pid_ns": int, "cgroup": str, "client": int, "addr": str, "image_id": str,
-            "size": int}
+REQUIRED = {
+    "host": str,
+    "boot_id": str,
+    "pid": int,
+    "process_start": int,
+    "started": float,
+    "updated": float,
+    "bytes": int,
+}
+OPTIONAL = {"pid_ns": int, "cgroup": str, "client": int, "addr": str, "image_id": str, "size": int}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +42,7 @@ class Mark:
     # The value as stored: removing the entry is conditional on it.
     raw: bytes
     # The fields, or None for an entry that cannot be read (``problem`` says why).
-    fields: Optional[dict]
+    fields: Optional[dict[str, Any]]
     problem: Optional[str] = None
 
     @property
@@ -46,7 +56,8 @@ class Mark:
 
 def parse(key: bytes, raw: bytes) -> Mark:
     """The mark stored under ``key``; an unreadable one says why, and is never acted on."""
-    def unreadable(problem):
+
+    def unreadable(problem: str) -> Mark:
         return Mark(key, raw, None, problem)
 
     try:
@@ -78,13 +89,14 @@ def parse(key: bytes, raw: bytes) -> Mark:
     return Mark(key, raw, fields)
 
 
-def read(ioctx) -> dict:
+def read(ioctx: "rados.Ioctx") -> dict[str, Mark]:
     """{image name: Mark} of every entry in the index of the pool of ``ioctx``. An entry whose
     key is not UTF-8 is listed as unreadable: Ceph's Python binding cannot return such a key
     (it fails to decode it, and goes on with the next), so it is named by the key before it."""
     import rados
 
-    found, after = {}, ""
+    found: dict[str, Mark] = {}
+    after = ""
     while True:
         with rados.ReadOpCtx() as op:
             values, _ = ioctx.get_omap_vals(op, after, "", PAGE)
@@ -94,10 +106,16 @@ def read(ioctx) -> dict:
                 return found  # no native upload ever ran in this pool
             page = _entries(values, after)
         for key, value in page:
-            mark = parse(key, value or b"") if key is not None else Mark(
-                b"", b"", None, "its key is not UTF-8")
-            name = mark.image if key is not None else f"(a key that is not UTF-8, after " \
-                f"{printable(after) or 'the first'!r})"
+            mark = (
+                parse(key, value or b"")
+                if key is not None
+                else Mark(b"", b"", None, "its key is not UTF-8")
+            )
+            name = (
+                mark.image
+                if key is not None
+                else f"(a key that is not UTF-8, after {printable(after) or 'the first'!r})"
+            )
             found[name] = mark
         readable = [key for key, _ in page if key is not None]
         if len(page) < PAGE or not readable:
@@ -105,9 +123,11 @@ def read(ioctx) -> dict:
         after = readable[-1].decode()
 
 
-def _entries(values, after: str) -> list:
+def _entries(
+    values: Iterable[tuple[Union[str, bytes], Optional[bytes]]], after: str
+) -> list[tuple[Optional[bytes], Optional[bytes]]]:
     """(key as bytes, value) of an omap page; a key that cannot be decoded is None."""
-    entries = []
+    entries: list[tuple[Optional[bytes], Optional[bytes]]] = []
     iterator = iter(values)
     while True:
         try:
@@ -120,7 +140,7 @@ def _entries(values, after: str) -> list:
         entries.append((key if isinstance(key, bytes) else key.encode(), value))
 
 
-def remove(ioctx, mark: Mark) -> bool:
+def remove(ioctx: "rados.Ioctx", mark: Mark) -> bool:
     """Removes ``mark`` if the entry still holds what was read; False if it changed (a new
     writer marked the name meanwhile) or is gone."""
     import rados
@@ -143,9 +163,8 @@ def remove(ioctx, mark: Mark) -> bool:
     return True
 
 
-
 def has_control(text: str) -> bool:
-    return any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 for c in text)
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
 
 
 def printable(text: str) -> str:

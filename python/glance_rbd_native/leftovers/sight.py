@@ -21,7 +21,8 @@ namespaces were recorded) is *unseen*: the writer is then judged by its watch an
 import enum
 import os
 import socket
-from typing import Callable, Optional
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
 
 # The inode of the initial pid namespace (PROC_PID_INIT_INO): every process is visible from it.
 INITIAL_PID_NAMESPACE = 0xEFFFFFFC
@@ -63,11 +64,12 @@ class Host:
             return True
         for line in (_read(f"{self.proc}/self/mountinfo") or "").splitlines():
             fields = line.split(" - ")
-            if len(fields) == 2 and fields[1].startswith("proc ") and \
-                    line.split()[4] == self.proc:
+            if len(fields) == 2 and fields[1].startswith("proc ") and line.split()[4] == self.proc:
                 options = fields[1].split()[-1].split(",")
-                return not any(o.startswith("hidepid=") and o not in ("hidepid=0", "hidepid=off")
-                               for o in options)
+                return not any(
+                    o.startswith("hidepid=") and o not in ("hidepid=0", "hidepid=off")
+                    for o in options
+                )
         return False
 
     def shows_own_namespace(self) -> bool:
@@ -78,12 +80,12 @@ class Host:
         except OSError:
             return False
 
-    def pids(self):
+    def pids(self) -> Iterator[str]:
         for entry in os.listdir(self.proc):
             if entry.isdigit():
                 yield entry
 
-    def stat(self, pid: str) -> Optional[tuple]:
+    def stat(self, pid: str) -> Optional[tuple[str, int]]:
         """(state, start time in clock ticks after boot) of process ``pid``, None if it is not
         there."""
         text = _read(f"{self.proc}/{pid}/stat")
@@ -103,7 +105,7 @@ class Host:
         return None
 
 
-def look(mark: dict, host: Host) -> tuple:
+def look(mark: dict[str, Any], host: Host) -> tuple[Sight, str]:
     """(Sight, why) of the writer of ``mark`` (its fields), from ``host``."""
     who = f"pid {mark['pid']} on {mark['host']}"
     if mark["host"] != host.hostname() or mark["boot_id"] != host.boot_id():
@@ -134,7 +136,7 @@ def look(mark: dict, host: Host) -> tuple:
     return Sight.UNSEEN, f"{who}: in a pid namespace that cannot be seen from here"
 
 
-def _by_pid(host: Host, pid: str, mark: dict, who: str) -> tuple:
+def _by_pid(host: Host, pid: str, mark: dict[str, Any], who: str) -> tuple[Sight, str]:
     stat = host.stat(pid)
     if stat is None or stat[1] != mark["process_start"]:
         return Sight.GONE, f"{who}: its process is gone"

@@ -1,0 +1,113 @@
+//! The image I/O the transfer core runs on: a pool of images (`Pool`), an image open for
+//! writing or reading (`Image`), and an operation in flight on it (`Pending`). librbd is one
+//! implementation (`rbd::pool`); an in-memory one, whose faults a test chooses (`memory`), is
+//! the other, so that uploads, downloads, the bound and every abort path run in `cargo test`.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Op, Result, Target};
+use crate::wait::Poll;
+
+/// One pool of one cluster connection, as a transfer uses it.
+pub trait Pool: Send + Sync + 'static {
+    /// `image` in this pool, acted on as this connection's entity: what errors name.
+    fn target(&self, image: &str) -> Target;
+
+    /// Creates image `name` of `size` bytes and `2^order`-byte objects, with the cluster's
+    /// default features; EEXIST if there is one.
+    fn create(&self, name: &str, size: u64, order: u8) -> Result<()>;
+
+    /// Opens `name` at `snapshot` (read only), or at its writable head.
+    fn open(&self, name: &str, snapshot: Option<&str>) -> Result<Box<dyn Image>>;
+
+    /// The id of image `name`, without opening it.
+    fn image_id(&self, name: &str) -> Result<String>;
+
+    /// Removes image `name`, and first its `snapshot` if given, if it is still the image of id
+    /// `id` (ESTALE if the name is another image's now; ENOENT if there is none).
+    fn remove(&self, name: &str, id: &str, snapshot: Option<&str>) -> Result<()>;
+
+    /// Asks the cluster for the header of image `id`, blocking: 0, or the negative errno of the
+    /// answer (a fenced client hears ESHUTDOWN, a removed image has none: ENOENT).
+    fn probe(&self, id: &str) -> i32;
+
+    /// Sets or removes one key of an object's omap, conditionally (`OmapWrite`).
+    fn omap_write(&self, write: &OmapWrite<'_>) -> Result<()>;
+
+    /// This connection's client: its global id (which names its watches), and its address
+    /// (which fencing blocklists) when known.
+    fn client(&self) -> (u64, Option<String>);
+
+    /// Drops the connection from the process's cache if `err` says the cluster refused it, so
+    /// that the next transfer connects again.
+    fn forget_if_refused(&self, err: &Error);
+
+    /// Drops the connection, which was fenced (blocklisted), from the process's cache.
+    fn forget_fenced(&self);
+
+    /// The same pool through a new connection, in place of this one, which was fenced: for the
+    /// clean-up of its transfer.
+    fn reconnect(&self) -> Result<Arc<dyn Pool>>;
+}
+
+/// A change of `key` in the omap of `object` (`Pool::omap_write`).
+pub struct OmapWrite<'a> {
+    pub object: &'a str,
+    pub key: &'a str,
+    pub change: OmapChange<'a>,
+    /// Only if the key holds exactly this, else ECANCELED and nothing changes.
+    pub expect: Option<&'a str>,
+    /// What a failure is reported as, and on what.
+    pub op: Op,
+    pub target: &'a Target,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum OmapChange<'a> {
+    Set(&'a str),
+    Remove,
+}
+
+/// An open image. Closed when dropped: its exclusive lock goes with it.
+pub trait Image: Send + 'static {
+    fn target(&self) -> &Target;
+
+    /// Its id: unlike its name, never given to another image.
+    fn id(&self) -> Result<String>;
+
+    /// Its size, or that of the snapshot it was opened at.
+    fn size(&self) -> Result<u64>;
+
+    fn resize(&self, size: u64) -> Result<()>;
+
+    fn flush(&self) -> Result<()>;
+
+    fn snap_create(&self, snap: &str) -> Result<()>;
+
+    fn snap_protect(&self, snap: &str) -> Result<()>;
+
+    /// Starts writing `data` at `offset`.
+    ///
+    /// # Safety
+    ///
+    /// `data` must stay valid and unchanged until the operation returned has completed: waited
+    /// for, or dropped (dropping waits for it).
+    unsafe fn write(&self, offset: u64, data: &[u8]) -> Result<Box<dyn Pending>>;
+
+    /// Starts reading `len` bytes at `offset` into `into`.
+    ///
+    /// # Safety
+    ///
+    /// `into` must point to `len` writable bytes that nothing else reads or writes, and that
+    /// stay in place, until the operation returned has completed: waited for, or dropped.
+    unsafe fn read(&self, offset: u64, into: *mut u8, len: usize) -> Result<Box<dyn Pending>>;
+}
+
+/// An operation in flight. Dropping it waits for it to end: its buffer may be in use until then.
+pub trait Pending: Send {
+    fn is_done(&self) -> bool;
+
+    /// Waits for the operation, calling `poll` every `POLL_INTERVAL` while it blocks (its error
+    /// ends the wait): bytes done, or a negative errno.
+    fn wait(&self, poll: Poll) -> Result<isize>;
+}

@@ -1,0 +1,186 @@
+//! librbd and librados as the transfer core's image I/O (`io::Pool`, `io::Image`,
+//! `io::Pending`): a pool of a shared cluster connection, its images, their operations.
+
+use std::ffi::CString;
+use std::sync::Arc;
+
+use super::cluster::{Cluster, IoCtx};
+use super::completion::Completion;
+use super::ffi;
+use super::image::{self, Image};
+use super::omap::{self, Entry};
+use crate::error::{Error, Op, Result, Target};
+use crate::io::{self, OmapChange, OmapWrite};
+use crate::wait::Poll;
+
+/// librbd's `RBD_FEATURE_LAYERING`, used when the cluster sets no default features (as glance does).
+const FEATURE_LAYERING: u64 = 1;
+
+/// One pool of a cluster connection.
+pub struct RbdPool {
+    ioctx: Arc<IoCtx>,
+}
+
+impl RbdPool {
+    /// `pool` on `cluster`, as a transfer's image I/O.
+    pub fn open(cluster: &Arc<Cluster>, pool: &str) -> Result<Arc<dyn io::Pool>> {
+        Ok(Arc::new(RbdPool {
+            ioctx: Arc::new(cluster.pool(pool)?),
+        }))
+    }
+
+    /// The cluster's `rbd_default_features`, as glance reads them; layering when unset or zero.
+    fn default_features(&self) -> u64 {
+        match self
+            .ioctx
+            .cluster()
+            .conf_get("rbd_default_features")
+            .map(|v| v.trim().parse::<u64>())
+        {
+            Ok(Ok(features)) if features != 0 => features,
+            _ => FEATURE_LAYERING,
+        }
+    }
+}
+
+impl io::Pool for RbdPool {
+    fn target(&self, image: &str) -> Target {
+        self.ioctx.target(image)
+    }
+
+    fn create(&self, name: &str, size: u64, order: u8) -> Result<()> {
+        let features = self.default_features();
+        log::debug!(
+            "creating {} with order {order}, size {size} and features {features}",
+            self.target(name)
+        );
+        image::create(&self.ioctx, name, size, features, order)
+    }
+
+    fn open(&self, name: &str, snapshot: Option<&str>) -> Result<Box<dyn io::Image>> {
+        Ok(Box::new(Image::open(
+            Arc::clone(&self.ioctx),
+            name,
+            snapshot,
+        )?))
+    }
+
+    fn image_id(&self, name: &str) -> Result<String> {
+        image::id_of(&self.ioctx, name)
+    }
+
+    fn remove(&self, name: &str, id: &str, snapshot: Option<&str>) -> Result<()> {
+        image::remove_with_snapshot(&self.ioctx, name, id, snapshot)
+    }
+
+    fn probe(&self, id: &str) -> i32 {
+        let Ok(header) = CString::new(format!("rbd_header.{id}")) else {
+            return 0;
+        };
+        let (mut size, mut mtime) = (0u64, 0 as libc::time_t);
+        // SAFETY: the ioctx is live; header is NUL-terminated; size and mtime are
+        // out-parameters on this stack.
+        unsafe {
+            ceph::rados::rados_stat(self.ioctx.handle(), header.as_ptr(), &mut size, &mut mtime)
+        }
+    }
+
+    fn omap_write(&self, write: &OmapWrite<'_>) -> Result<()> {
+        let entry = Entry {
+            ioctx: &self.ioctx,
+            object: write.object,
+            key: write.key,
+        };
+        let (expect, op, target) = (write.expect, write.op, write.target);
+        match write.change {
+            OmapChange::Set(value) => omap::set(entry, value, expect, op, target),
+            OmapChange::Remove => omap::remove(entry, expect, op, target),
+        }
+    }
+
+    fn client(&self) -> (u64, Option<String>) {
+        let cluster = self.ioctx.cluster();
+        (cluster.instance_id(), cluster.address())
+    }
+
+    fn forget_if_refused(&self, err: &Error) {
+        self.ioctx.cluster().forget_if_refused(err);
+    }
+
+    fn forget_fenced(&self) {
+        self.ioctx.cluster().forget_fenced();
+    }
+
+    fn reconnect(&self) -> Result<Arc<dyn io::Pool>> {
+        let cluster = self.ioctx.cluster().replace_fenced()?;
+        RbdPool::open(&cluster, self.ioctx.pool())
+    }
+}
+
+impl io::Image for Image {
+    fn target(&self) -> &Target {
+        Image::target(self)
+    }
+
+    fn id(&self) -> Result<String> {
+        Image::id(self)
+    }
+
+    fn size(&self) -> Result<u64> {
+        Image::size(self)
+    }
+
+    fn resize(&self, size: u64) -> Result<()> {
+        Image::resize(self, size)
+    }
+
+    fn flush(&self) -> Result<()> {
+        Image::flush(self)
+    }
+
+    fn snap_create(&self, snap: &str) -> Result<()> {
+        Image::snap_create(self, snap)
+    }
+
+    fn snap_protect(&self, snap: &str) -> Result<()> {
+        Image::snap_protect(self, snap)
+    }
+
+    unsafe fn write(&self, offset: u64, data: &[u8]) -> Result<Box<dyn io::Pending>> {
+        let mut completion = Completion::new(self, Op::StartWrite)?;
+        // SAFETY: the image is open; data stays valid until the completion has completed (the
+        // caller's contract), and the completion waits for it when dropped.
+        let ret = unsafe {
+            ffi::rbd_aio_write(
+                self.handle(),
+                offset,
+                data.len(),
+                data.as_ptr().cast(),
+                completion.handle(),
+            )
+        };
+        completion.submitted(ret, Op::StartWrite, self)?;
+        Ok(Box::new(completion))
+    }
+
+    unsafe fn read(&self, offset: u64, into: *mut u8, len: usize) -> Result<Box<dyn io::Pending>> {
+        let mut completion = Completion::new(self, Op::StartRead)?;
+        // SAFETY: the image is open; `into` is `len` writable bytes that stay in place until
+        // the completion has completed (the caller's contract), which dropping it waits for.
+        let ret = unsafe {
+            ffi::rbd_aio_read(self.handle(), offset, len, into.cast(), completion.handle())
+        };
+        completion.submitted(ret, Op::StartRead, self)?;
+        Ok(Box::new(completion))
+    }
+}
+
+impl io::Pending for Completion {
+    fn is_done(&self) -> bool {
+        Completion::is_done(self)
+    }
+
+    fn wait(&self, poll: Poll) -> Result<isize> {
+        Completion::wait(self, poll)
+    }
+}

@@ -1,0 +1,38 @@
+"""The glance-rbd-native command as the tests run it: a process of its own, given glance's
+configuration file, optionally under a prefix that places it elsewhere (another pid namespace,
+a container's)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+CHECKOUT = pathlib.Path(__file__).resolve().parents[2]
+# The prefix that runs a command in a pid namespace of its own (its own /proc), as kolla runs
+# glance_api: it sees no other container's processes.
+OWN_PID_NAMESPACE = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+
+
+def in_namespace_of(pid: int) -> tuple[str, ...]:
+    """The prefix that runs a command inside the pid and mount namespaces of process `pid`."""
+    return ("nsenter", "--target", str(pid), "--pid", "--mount")
+
+
+def run(conf_file, *args, wrap=(), check=True) -> subprocess.CompletedProcess:
+    """`WRAP... python -m glance_rbd_native ARGS --config-file CONF`; with `check`, asserts that
+    it exited 0."""
+    done = subprocess.run(
+        [*wrap, sys.executable, "-m", "glance_rbd_native", *args, "--config-file", str(conf_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=CHECKOUT,
+    )
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def report(conf_file, *args, wrap=()) -> dict:
+    """The JSON report (`--format json`) on the first backend, of a run that must succeed."""
+    return json.loads(run(conf_file, *args, "--format", "json", wrap=wrap).stdout)[0]
