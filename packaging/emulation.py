@@ -59,8 +59,14 @@ def script(arch: str) -> str:
 
 def wrap(argv: list[str]) -> list[str]:
     """`argv` in new user, pid and mount namespaces; it starts once `spawn` has mapped the
-    ids (until then the new namespace's root has no ids on the files). `kill` ends all of it."""
-    wait = 'until grep -q " 0 " /proc/self/uid_map; do sleep 0.01; done\nexec "$@"\n'
+    ids, both maps (until then the new namespace's root has no ids on the files; with the
+    group ids alone unmapped, it may mount binfmt_misc but not open its register file). `kill`
+    ends all of it."""
+    wait = (
+        'until grep -q " 0 " /proc/self/uid_map && grep -q " 0 " /proc/self/gid_map; do\n'
+        "  sleep 0.01\n"
+        'done\nexec "$@"\n'
+    )
     return [
         "unshare",
         "--user",

@@ -6,8 +6,11 @@ on aarch64 (the instructions are aarch64's, translated), not how fast: nothing h
 Every command runs in namespaces of its own (packaging/emulation.py): the qemu handler
 registered in them is seen nowhere else, and every mount goes with them."""
 
+import os
 import pathlib
 import re
+import subprocess
+import time
 import zipfile
 
 import pytest
@@ -101,6 +104,31 @@ def test_the_handler_is_seen_only_in_its_namespaces(root):
     # SIGKILLed, a qemu process may take a moment to exit on a busy machine.
     wait_for(lambda: not root.processes(), 10, every=0.1)
     assert root.processes() == []
+
+
+def test_a_command_starts_once_both_id_maps_are_written(tmp_path):
+    """With its user ids mapped and its group ids not yet, a command in new namespaces mounts
+    binfmt_misc but cannot open the register file (the root's build then failed now and then).
+    It waits for both maps: written here 0.5 s apart, it starts after the second, and the
+    handler registers."""
+    started = tmp_path / "started"
+    script = emulation.script(RELEASE.arch) + f"touch {started}\n"
+    proc = subprocess.Popen(
+        emulation.wrap(["/bin/sh", "-c", script]), stderr=subprocess.PIPE, text=True
+    )
+    try:
+        ours = os.readlink("/proc/self/ns/user")
+        wait_for(lambda: os.readlink(f"/proc/{proc.pid}/ns/user") != ours, 10, "a namespace")
+        pathlib.Path(f"/proc/{proc.pid}/uid_map").write_text(emulation.ID_MAP)
+        time.sleep(0.5)
+        assert proc.poll() is None and not started.exists(), "started with the user ids alone"
+        pathlib.Path(f"/proc/{proc.pid}/gid_map").write_text(emulation.ID_MAP)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        emulation.kill(proc)
+        proc.wait()
+    assert proc.returncode == 0 and err == "", err
+    assert started.exists()
 
 
 def test_the_wheel_installs_and_loads_arm64_ceph(root, venv, wheel):
