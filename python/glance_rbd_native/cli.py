@@ -213,6 +213,7 @@ class Backend:
 def _backends(
     config_files: list[str], only: Optional[str]
 ) -> tuple["cfg.ConfigOpts", list[Backend]]:
+    import rados
     from glance_store import exceptions
     from glance_store._drivers import rbd
     from oslo_config import cfg
@@ -254,11 +255,36 @@ def _backends(
     for name in names:
         try:
             store = rbd.Store(conf, backend=None if name == "glance_store" else name)
+            # glance_store 5 connects here, for the cluster's fsid.
             store.configure_add()
         except (exceptions.BadStoreConfiguration, cfg.Error) as exc:
             raise Failure(f"backend {name}: {exc}", 2) from exc
+        except (rados.Error, exceptions.BackendException) as exc:
+            # BackendException says only "Error connecting to ceph cluster": librados' error
+            # is its context.
+            cause = exc if isinstance(exc, rados.Error) else exc.__context__
+            options = compat.store_options(store)
+            conffile = options.rbd_store_ceph_conf or None
+            raise _connect_failure(name, conffile, options.rbd_store_user or None, cause) from exc
         backends.append(Backend(name, store))
     return conf, backends
+
+
+def _connect_failure(
+    name: str, conffile: Optional[str], user: Optional[str], exc: Optional[BaseException]
+) -> Failure:
+    """A connection to the cluster that failed, in the native driver's words (with what the
+    keyring holds) where librados gave an errno."""
+    from glance_rbd_native import _native
+
+    code = getattr(exc, "errno", None)
+    if code is None:
+        return Failure(
+            f"backend {name}: cannot connect to the Ceph cluster (conf {conffile or 'default'}, "
+            f"user {user or 'default'}): {exc}"
+        )
+    why = _native._connect_failure(code, conffile=conffile, user=user)
+    return Failure(f"backend {name}: {why}")
 
 
 def _single_store_types(conf: "cfg.ConfigOpts") -> set[str]:
@@ -316,16 +342,7 @@ def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Refere
     try:
         cluster = leftovers.connect(backend.conffile, backend.user, backend.timeout)
     except rados.Error as exc:
-        code = getattr(exc, "errno", None)
-        if code is None:
-            raise Failure(
-                f"backend {backend.name}: cannot connect to the Ceph cluster (conf "
-                f"{backend.conffile or 'default'}, user {backend.user or 'default'}): "
-                f"{exc}"
-            ) from exc
-        # The native driver's words for it, with what the keyring holds.
-        why = _native._connect_failure(code, conffile=backend.conffile, user=backend.user)
-        raise Failure(f"backend {backend.name}: {why}") from exc
+        raise _connect_failure(backend.name, backend.conffile, backend.user, exc) from exc
     entity = f"client.{backend.user or 'admin'}"
     try:
         with cluster.open_ioctx(backend.pool) as ioctx:
