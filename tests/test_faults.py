@@ -173,11 +173,16 @@ def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
         "the partial image was not removed once the OSD was back"
     )
     # The janitor thread never calls into Python: its record waits for the next native call,
-    # and is emitted on the thread that makes it.
+    # and is emitted on the thread that makes it. It logs once it has also cleared its mark,
+    # a moment after the image is gone: native calls are made until the record is there.
     removed = f"removed partial image '{name}' in pool '{cluster.pool}' after an earlier failure"
     assert removed not in caplog.text
-    RbdWriter(cluster.pool, new_name(), conffile=str(cluster.conf_path), user="admin").abort()
-    records = [r for r in caplog.records if r.getMessage() == removed]
+
+    def emitted():
+        RbdWriter(cluster.pool, new_name(), conffile=str(cluster.conf_path), user="admin").abort()
+        return [r for r in caplog.records if r.getMessage() == removed]
+
+    records = wait_for(emitted, timeout=30, what="the janitor's record")
     assert len(records) == 1
     assert records[0].thread == threading.get_ident()
 
