@@ -4,6 +4,7 @@
 
 mod buffer;
 mod cephx;
+mod delete;
 mod detach;
 mod exceptions;
 mod logbridge;
@@ -27,6 +28,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(process::transfers, module)?)?;
     module.add_function(wrap_pyfunction!(logbridge::queue_logs_here, module)?)?;
     module.add_function(wrap_pyfunction!(logbridge::flush_logs, module)?)?;
+    module.add_function(wrap_pyfunction!(delete::delete_image, module)?)?;
     module.add_function(wrap_pyfunction!(cephx::connect_failure, module)?)?;
     module.add_function(wrap_pyfunction!(cephx::caps_advice, module)?)?;
     module.add(

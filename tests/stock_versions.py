@@ -41,3 +41,8 @@ HAS_STORE_CONF = VERSION >= STORE_CONF_SINCE
 # an image removed while being read (`rbd rm`, or glance's own delete) is then served as zeros
 # from there on, with no error. Before, the open's watch makes the removal fail (ImageBusy).
 OPENS_READ_ONLY = VERSION >= (5, 4)
+# 4.3.2 on: an image with snapshots left after glance's goes to the trash as it is (trash_move);
+# before, HasSnapshot. Those earlier releases also refuse a snapshot
+# with clones before unprotecting it; later releases are refused the unprotect: InUseByStore
+# either way.
+TRASHES_IMAGES_WITH_SNAPSHOTS = VERSION >= (4, 3, 2)

@@ -88,6 +88,14 @@ pub enum Op {
     Mark,
     /// Clearing it, once the upload is finished or removed.
     Unmark,
+    ListSnapshots,
+    ListWatchers,
+    ListClones,
+    MoveToTrash,
+    /// Removing the data of an image in the trash.
+    Purge,
+    /// Marking an image moved to the trash, until its data is removed (`delete`).
+    MarkDelete,
 }
 
 impl fmt::Display for Op {
@@ -111,6 +119,12 @@ impl fmt::Display for Op {
             Op::ShortRead => "reading a whole chunk from",
             Op::Mark => "marking the upload in flight of",
             Op::Unmark => "clearing the in-flight mark of",
+            Op::ListSnapshots => "listing the snapshots of",
+            Op::ListWatchers => "listing the watchers of",
+            Op::ListClones => "listing the clones of the snapshot of",
+            Op::MoveToTrash => "moving to the trash",
+            Op::Purge => "removing the data in the trash of",
+            Op::MarkDelete => "marking the deletion of",
         })
     }
 }
@@ -267,6 +281,14 @@ mod tests {
             Op::ShortRead => "reading a whole chunk from image 'abc' in pool 'images' failed",
             Op::Mark => "marking the upload in flight of image 'abc' in pool 'images' failed",
             Op::Unmark => "clearing the in-flight mark of image 'abc' in pool 'images' failed",
+            Op::ListSnapshots => "listing the snapshots of image 'abc' in pool 'images' failed",
+            Op::ListWatchers => "listing the watchers of image 'abc' in pool 'images' failed",
+            Op::ListClones => {
+                "listing the clones of the snapshot of image 'abc' in pool 'images' failed"
+            }
+            Op::MoveToTrash => "moving to the trash image 'abc' in pool 'images' failed",
+            Op::Purge => "removing the data in the trash of image 'abc' in pool 'images' failed",
+            Op::MarkDelete => "marking the deletion of image 'abc' in pool 'images' failed",
         }
     }
 
@@ -290,6 +312,12 @@ mod tests {
             Op::ShortRead,
             Op::Mark,
             Op::Unmark,
+            Op::ListSnapshots,
+            Op::ListWatchers,
+            Op::ListClones,
+            Op::MoveToTrash,
+            Op::Purge,
+            Op::MarkDelete,
         ];
         let target = Target::image("images", "abc");
         for op in ops {

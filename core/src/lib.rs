@@ -5,6 +5,7 @@
 //! bytes in flight bounded). `error` is the one error type of both. The PyO3 extension (the
 //! crate at the repository's root) is built over this one.
 
+pub mod delete;
 pub mod error;
 pub mod io;
 #[cfg(test)]

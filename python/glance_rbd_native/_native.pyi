@@ -171,6 +171,20 @@ class _Transfer(TypedDict):
 def native_digests() -> List[str]:
     """The hashlib algorithm names `RbdWriter(digests=...)` can compute natively."""
 
+def delete_image(
+    pool: str,
+    image: str,
+    snapshot: Optional[str] = None,
+    *,
+    conffile: Optional[str] = None,
+    user: Optional[str] = None,
+    connect_timeout: Optional[int] = None,
+    refuse_clones_first: bool = False,
+    trash_with_snapshots: bool = True,
+) -> Tuple[str, bool]:
+    """Deletes `image` of `pool`, and first its `snapshot`, as glance_store's stock driver does,
+    without waiting for its data: (its trash id, whether its data is being removed)."""
+
 def connection_count() -> int:
     """Cluster connections currently cached (one per conf file, user and timeout)."""
 

@@ -5,9 +5,10 @@ difference is read off what the installed glance_store has, never off its versio
 version only decides whether ``patch()`` takes over at all.
 """
 
+import inspect
 import logging
 import re
-from typing import TYPE_CHECKING, Optional, Protocol, cast
+from typing import TYPE_CHECKING, NamedTuple, Optional, Protocol, cast
 
 if TYPE_CHECKING:
     from oslo_config import cfg
@@ -103,4 +104,31 @@ def stock_sets_librados_timeouts() -> bool:
         and not option.deprecated_for_removal
         and option.default is not None
         and option.default < 0
+    )
+
+
+class DeleteRules(NamedTuple):
+    """Where the stock deletes differ (the native delete's ``Rules``)."""
+
+    # Up to 4.3.1: a snapshot with clones is refused before it is unprotected (the same
+    # exception, InUseByStore, as the unprotect's refusal gives later).
+    refuse_clones_first: bool
+    # 4.3.2 on: an image with other snapshots left goes to the trash as it is. Before:
+    # HasSnapshot.
+    trash_with_snapshots: bool
+
+
+def delete_rules() -> DeleteRules:
+    """The installed stock driver's delete, read off its ``_delete_image``; by version where its
+    source cannot be read."""
+    from glance_store._drivers import rbd
+
+    try:
+        source = inspect.getsource(rbd.Store._delete_image)
+    except (OSError, TypeError):
+        newer = (parse_version(glance_store_version()) or OLDEST_SUPPORTED) >= (4, 3, 2)
+        return DeleteRules(refuse_clones_first=not newer, trash_with_snapshots=newer)
+    return DeleteRules(
+        refuse_clones_first="_snapshot_has_external_reference(" in source,
+        trash_with_snapshots="trash_move(" in source,
     )

@@ -1,4 +1,5 @@
-"""Swapping glance_store's rbd ``Store.add``, ``get`` and ``get_size`` for the native ones."""
+"""Swapping glance_store's rbd ``Store.add``, ``get``, ``get_size`` and ``delete`` for the native
+ones."""
 
 import logging
 
@@ -18,7 +19,7 @@ def patch(force: bool = False) -> bool:
     from glance_store import capabilities, driver as store_driver
     from glance_store._drivers import rbd
 
-    from glance_rbd_native import compat, download, upload
+    from glance_rbd_native import compat, delete, download, upload
 
     if is_patched():
         return True
@@ -39,6 +40,7 @@ def patch(force: bool = False) -> bool:
         "add": store_driver.back_compat_add(capabilities.check(upload.add)),
         "get": capabilities.check(download.get),
         "get_size": download.get_size,
+        "delete": delete.delete,
     }
     setattr(rbd.Store, _ORIGINALS, {name: rbd.Store.__dict__[name] for name in native})
     for name, method in native.items():
@@ -47,7 +49,7 @@ def patch(force: bool = False) -> bool:
     # read its configuration yet.
     LOG.info(
         "glance-rbd-native: the native RBD writer is active for glance_store %s, and the "
-        "native reader",
+        "native reader and delete",
         version,
     )
     return True

@@ -26,6 +26,7 @@ FILES = (
     "test_compat.py",
     "test_patch.py",
     "test_download.py",
+    "test_delete.py",
 )
 # The cases of each file: the same on every release (no parameter depends on the release; what
 # differs is what a case expects, from tests/stock_versions.py). A new case changes this table.
@@ -36,6 +37,7 @@ CASES = {
     "test_compat.py": 23,
     "test_patch.py": 8,
     "test_download.py": 17,
+    "test_delete.py": 7,
 }
 
 

@@ -502,6 +502,61 @@ impl Cluster {
             .into_owned())
     }
 
+    /// Sends `json`, one command, to the monitors or to the active manager (`to`): its output,
+    /// or its negative errno with the status text the daemon gave.
+    pub(crate) fn command(
+        &self,
+        to: Daemon,
+        json: &str,
+    ) -> std::result::Result<String, (i32, String)> {
+        let cmd = cstring(json).map_err(|_| (-libc::EINVAL, String::new()))?;
+        let mut cmds = [cmd.as_ptr()];
+        let (mut out, mut out_len): (*mut c_char, usize) = (ptr::null_mut(), 0);
+        let (mut status, mut status_len): (*mut c_char, usize) = (ptr::null_mut(), 0);
+        type Command = unsafe extern "C" fn(
+            rados::rados_t,
+            *mut *const c_char,
+            usize,
+            *const c_char,
+            usize,
+            *mut *mut c_char,
+            *mut usize,
+            *mut *mut c_char,
+            *mut usize,
+        ) -> i32;
+        let call: Command = match to {
+            Daemon::Monitors => rados::rados_mon_command,
+            Daemon::Manager => ffi::rados_mgr_command,
+        };
+        // SAFETY: the handle is connected; cmds holds one NUL-terminated command alive for the
+        // call; the out-pointers receive librados' buffers, freed below.
+        let ret = unsafe {
+            call(
+                self.handle,
+                cmds.as_mut_ptr(),
+                1,
+                ptr::null(),
+                0,
+                &mut out,
+                &mut out_len,
+                &mut status,
+                &mut status_len,
+            )
+        };
+        let text = |buf: *mut c_char, len: usize| {
+            if buf.is_null() {
+                return String::new();
+            }
+            // SAFETY: librados' buffer of `len` bytes, alive until freed below.
+            let copy = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec();
+            // SAFETY: librados' buffer, freed once, after the copy.
+            unsafe { rados::rados_buffer_free(buf) };
+            String::from_utf8_lossy(&copy).into_owned()
+        };
+        let (out, status) = (text(out, out_len), text(status, status_len));
+        if ret < 0 { Err((ret, status)) } else { Ok(out) }
+    }
+
     /// An I/O context on `pool`. It keeps the cluster alive for as long as it lives.
     pub fn pool(self: &Arc<Self>, pool: &str) -> Result<IoCtx> {
         let target = Target::pool(pool).by(&self.entity);
@@ -539,6 +594,13 @@ impl Drop for Cluster {
         // ioctx on it is alive any more.
         unsafe { rados::rados_shutdown(self.handle) };
     }
+}
+
+/// Where `Cluster::command` sends a command.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Daemon {
+    Monitors,
+    Manager,
 }
 
 /// A `rados_ioctx_t` on one pool; holds its cluster so the two are torn down in order.

@@ -27,6 +27,12 @@ unsafe extern "C" {
         image: *mut RbdImage,
         snap_name: *const c_char,
     ) -> c_int;
+    pub(crate) fn rbd_open_read_only(
+        io: rados_ioctx_t,
+        name: *const c_char,
+        image: *mut RbdImage,
+        snap_name: *const c_char,
+    ) -> c_int;
     pub(crate) fn rbd_close(image: RbdImage) -> c_int;
     pub(crate) fn rbd_get_size(image: RbdImage, size: *mut u64) -> c_int;
     pub(crate) fn rbd_resize(image: RbdImage, size: u64) -> c_int;
@@ -35,6 +41,28 @@ unsafe extern "C" {
     pub(crate) fn rbd_snap_protect(image: RbdImage, snap_name: *const c_char) -> c_int;
     pub(crate) fn rbd_snap_unprotect(image: RbdImage, snap_name: *const c_char) -> c_int;
     pub(crate) fn rbd_snap_remove(image: RbdImage, snap_name: *const c_char) -> c_int;
+    pub(crate) fn rbd_snap_set(image: RbdImage, snap_name: *const c_char) -> c_int;
+    pub(crate) fn rbd_snap_list(
+        image: RbdImage,
+        snaps: *mut RbdSnapInfo,
+        max_snaps: *mut c_int,
+    ) -> c_int;
+    pub(crate) fn rbd_snap_list_end(snaps: *mut RbdSnapInfo);
+    pub(crate) fn rbd_list_children3(
+        image: RbdImage,
+        images: *mut RbdLinkedImageSpec,
+        max_images: *mut usize,
+    ) -> c_int;
+    pub(crate) fn rbd_linked_image_spec_list_cleanup(
+        images: *mut RbdLinkedImageSpec,
+        num_images: usize,
+    );
+    pub(crate) fn rbd_watchers_list(
+        image: RbdImage,
+        watchers: *mut RbdImageWatcher,
+        max_watchers: *mut usize,
+    ) -> c_int;
+    pub(crate) fn rbd_watchers_list_cleanup(watchers: *mut RbdImageWatcher, num_watchers: usize);
     pub(crate) fn rbd_get_id(image: RbdImage, id: *mut c_char, id_len: usize) -> c_int;
     pub(crate) fn rbd_trash_move(io: rados_ioctx_t, name: *const c_char, delay: u64) -> c_int;
     pub(crate) fn rbd_trash_get(
@@ -90,6 +118,33 @@ pub(crate) struct RbdTrashImageInfo {
     pub(crate) deferment_end_time: libc::time_t,
 }
 
+/// `rbd_snap_info_t`: one snapshot of an image.
+#[repr(C)]
+pub(crate) struct RbdSnapInfo {
+    pub(crate) id: u64,
+    pub(crate) size: u64,
+    pub(crate) name: *const c_char,
+}
+
+/// `rbd_linked_image_spec_t`: one clone of a snapshot.
+#[repr(C)]
+pub(crate) struct RbdLinkedImageSpec {
+    pub(crate) pool_id: i64,
+    pub(crate) pool_name: *mut c_char,
+    pub(crate) pool_namespace: *mut c_char,
+    pub(crate) image_id: *mut c_char,
+    pub(crate) image_name: *mut c_char,
+    pub(crate) trash: bool,
+}
+
+/// `rbd_image_watcher_t`: one client watching an image's header.
+#[repr(C)]
+pub(crate) struct RbdImageWatcher {
+    pub(crate) addr: *mut c_char,
+    pub(crate) id: i64,
+    pub(crate) cookie: u64,
+}
+
 #[link(name = "rados")]
 unsafe extern "C" {
     /// The client's addresses, in a buffer freed with `rados_buffer_free`.
@@ -97,4 +152,17 @@ unsafe extern "C" {
     /// Lets operations on this ioctx proceed on a full pool: removing a partial image must work
     /// exactly when the pool has filled up.
     pub(crate) fn rados_set_pool_full_try(io: rados_ioctx_t);
+    /// A command to the active manager, as JSON; its output and status in buffers freed with
+    /// `rados_buffer_free`.
+    pub(crate) fn rados_mgr_command(
+        cluster: ceph::rados::rados_t,
+        cmd: *mut *const c_char,
+        cmdlen: usize,
+        inbuf: *const c_char,
+        inbuflen: usize,
+        outbuf: *mut *mut c_char,
+        outbuflen: *mut usize,
+        outs: *mut *mut c_char,
+        outslen: *mut usize,
+    ) -> c_int;
 }

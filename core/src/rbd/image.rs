@@ -66,6 +66,24 @@ pub(crate) fn remove(ioctx: &IoCtx, name: &str, id: &str) -> Result<()> {
     check(ret.into(), Op::Remove, &target).map(drop)
 }
 
+/// Moves image `name` to the pool's trash, removable at once (no deferment).
+pub(crate) fn trash_move(ioctx: &IoCtx, name: &str) -> Result<()> {
+    let name_c = cstring(name)?;
+    // SAFETY: the ioctx is live; name_c is NUL-terminated.
+    let ret = unsafe { ffi::rbd_trash_move(ioctx.handle(), name_c.as_ptr(), 0) };
+    check(ret.into(), Op::MoveToTrash, &ioctx.target(name)).map(drop)
+}
+
+/// Removes trash entry `id`, its data objects one by one: what takes the time of a delete.
+/// ENOENT once it is gone; EBUSY while a client still has it open.
+pub(crate) fn trash_remove(ioctx: &IoCtx, name: &str, id: &str) -> Result<()> {
+    let id_c = cstring(id)?;
+    // SAFETY: the ioctx is live; id_c is NUL-terminated. Not forced: an entry whose deferment
+    // has not ended is another's (EPERM).
+    let ret = unsafe { ffi::rbd_trash_remove(ioctx.handle(), id_c.as_ptr(), false) };
+    check(ret.into(), Op::Purge, &ioctx.target(name)).map(drop)
+}
+
 /// The id of image `name`, read from its id object (`rbd_id.NAME`, a Ceph-encoded string),
 /// without opening it.
 pub fn id_of(ioctx: &IoCtx, name: &str) -> Result<String> {
@@ -93,7 +111,7 @@ pub fn id_of(ioctx: &IoCtx, name: &str) -> Result<String> {
 }
 
 /// The name of trash entry `id`, None if there is none.
-fn trash_name(ioctx: &IoCtx, id: &CString) -> Option<String> {
+pub(crate) fn trash_name(ioctx: &IoCtx, id: &CString) -> Option<String> {
     // SAFETY: all-zero is a valid empty info (null pointers, zero times).
     let mut info: ffi::RbdTrashImageInfo = unsafe { std::mem::zeroed() };
     // SAFETY: the ioctx is live; id is NUL-terminated; info is filled by librbd and cleaned up
@@ -231,6 +249,91 @@ impl Image {
             target,
             _ioctx: ioctx,
         })
+    }
+
+    /// Opens `name` at its head without watching it: to look at it (snapshots, watchers)
+    /// without being one of its watchers. Not for reading data (see `open`).
+    pub(crate) fn inspect(ioctx: Arc<IoCtx>, name: &str) -> Result<Image> {
+        let name_c = cstring(name)?;
+        let mut handle: ffi::RbdImage = ptr::null_mut();
+        // SAFETY: the ioctx is live; the name is NUL-terminated and outlives the call.
+        let ret = unsafe {
+            ffi::rbd_open_read_only(ioctx.handle(), name_c.as_ptr(), &mut handle, ptr::null())
+        };
+        let target = ioctx.target(name);
+        check(ret.into(), Op::Open, &target)?;
+        Ok(Image {
+            handle,
+            target,
+            _ioctx: ioctx,
+        })
+    }
+
+    /// How many snapshots the image has (those a user made, in librbd's default namespace).
+    pub(crate) fn snapshot_count(&self) -> Result<usize> {
+        let mut snaps: Vec<ffi::RbdSnapInfo> = Vec::new();
+        let mut max: std::os::raw::c_int = 0;
+        loop {
+            // SAFETY: snaps is writable for `max` entries; librbd sets max to what it needs.
+            let ret = unsafe { ffi::rbd_snap_list(self.handle, snaps.as_mut_ptr(), &mut max) };
+            if ret == -libc::ERANGE {
+                snaps = Vec::with_capacity(usize::try_from(max).unwrap_or(0) + 1);
+                max = i32::try_from(snaps.capacity()).unwrap_or(i32::MAX);
+                continue;
+            }
+            let count = check(ret.into(), Op::ListSnapshots, &self.target)?;
+            if count > 0 {
+                // SAFETY: librbd filled `count` entries, ended by one it cleans up with them.
+                unsafe { ffi::rbd_snap_list_end(snaps.as_mut_ptr()) };
+            }
+            return Ok(usize::try_from(count).unwrap_or(0));
+        }
+    }
+
+    /// How many clients watch the image's header: its readers and writers (this handle,
+    /// opened by `inspect`, is not one of them).
+    pub(crate) fn watcher_count(&self) -> Result<usize> {
+        let mut watchers: Vec<ffi::RbdImageWatcher> = Vec::new();
+        let mut max = 0usize;
+        loop {
+            // SAFETY: watchers is writable for `max` entries; librbd sets max to what it needs.
+            let ret =
+                unsafe { ffi::rbd_watchers_list(self.handle, watchers.as_mut_ptr(), &mut max) };
+            if ret == -libc::ERANGE {
+                watchers = Vec::with_capacity(max + 1);
+                max = watchers.capacity();
+                continue;
+            }
+            check(ret.into(), Op::ListWatchers, &self.target)?;
+            // SAFETY: librbd filled `max` entries, cleaned up once.
+            unsafe { ffi::rbd_watchers_list_cleanup(watchers.as_mut_ptr(), max) };
+            return Ok(max);
+        }
+    }
+
+    /// True when snapshot `snap` has clones (ENOENT if there is no such snapshot).
+    pub(crate) fn has_clones(&self, snap: &str) -> Result<bool> {
+        self.snap_call(snap, Op::ListClones, ffi::rbd_snap_set)?;
+        let mut children: Vec<ffi::RbdLinkedImageSpec> = Vec::new();
+        let mut max = 0usize;
+        let listed = loop {
+            // SAFETY: children is writable for `max` entries; librbd sets max to what it needs.
+            let ret =
+                unsafe { ffi::rbd_list_children3(self.handle, children.as_mut_ptr(), &mut max) };
+            if ret == -libc::ERANGE {
+                children = Vec::with_capacity(max + 1);
+                max = children.capacity();
+                continue;
+            }
+            break check(ret.into(), Op::ListClones, &self.target).map(|_| max);
+        };
+        if let Ok(count) = listed {
+            // SAFETY: librbd filled `count` entries, cleaned up once.
+            unsafe { ffi::rbd_linked_image_spec_list_cleanup(children.as_mut_ptr(), count) };
+        }
+        // SAFETY: the handle is open; a null name sets it back to the head.
+        unsafe { ffi::rbd_snap_set(self.handle, ptr::null()) };
+        Ok(listed? > 0)
     }
 
     /// The image's id: unlike its name, never given to another image.

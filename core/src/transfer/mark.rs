@@ -176,7 +176,7 @@ fn is_taken(err: &Error) -> bool {
 /// Who writes, as JSON fields: host name, boot id, pid and the process's start time in clock
 /// ticks after boot (field 22 of /proc/self/stat), which together name one process for good;
 /// and the pid namespace the pid is of (its inode), and the cgroup (the container, for people).
-fn writer() -> Vec<(&'static str, String)> {
+pub(crate) fn writer() -> Vec<(&'static str, String)> {
     let pid = std::process::id();
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let start = std::fs::read_to_string("/proc/self/stat")
@@ -240,7 +240,7 @@ fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-fn unix_now() -> f64 {
+pub(crate) fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -248,7 +248,7 @@ fn unix_now() -> f64 {
 
 /// A JSON string of ASCII only: what the sweep compares a mark with is the very bytes written
 /// (Ceph 16's Python binding compares a value's length in characters).
-fn json_string(value: &str) -> String {
+pub(crate) fn json_string(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 2);
     out.push('"');
     for c in value.chars() {

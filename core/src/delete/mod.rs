@@ -1,0 +1,180 @@
+//! glance's delete of an image, returning before its data is gone: the snapshot goes, the image
+//! moves to the pool's trash, and its data objects are removed in the background (`purge`).
+//!
+//! The steps and refusals are the stock driver's (glance_store's `_delete_image`), whose
+//! releases differ in two places (`Rules`). Stock then calls `rbd remove`, which returns only
+//! once every data object is gone; here, the checks that removal makes before it touches data
+//! (snapshots left: ENOTEMPTY; a client with the image open: EBUSY) come first, then the move.
+//!
+//! A deletion is marked in the pool's index object `INDEX` (keyed by image id: who deletes, which
+//! image) before the move, and the mark cleared once the data is gone, so that a trash entry a
+//! killed process left can be told from another tool's (`glance-rbd-native status` and `sweep`).
+
+pub(crate) mod purge;
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::error::{Error, Op, Result};
+use crate::rbd::cluster::{Cluster, IoCtx};
+use crate::rbd::image::{self, Image};
+use crate::rbd::omap::{self, Entry};
+use crate::transfer::mark::{json_string, unix_now, writer};
+
+/// The index object of deletions in progress, one per pool. Its format is read by
+/// python/glance_rbd_native/leftovers.
+pub const INDEX: &str = "glance_rbd_native.deletes";
+
+/// Where the stock driver's releases differ (python/glance_rbd_native/compat.py reads them off
+/// the installed one).
+#[derive(Clone, Copy, Debug)]
+pub struct Rules {
+    /// Up to 4.3.1: a snapshot with clones is refused (EBUSY) before it is unprotected.
+    pub refuse_clones_first: bool,
+    /// 4.3.2 on: an image with other snapshots left moves to the trash as it is, and stays there
+    /// (its data is kept for them). Before: refused (ENOTEMPTY).
+    pub trash_with_snapshots: bool,
+}
+
+/// What a delete did.
+#[derive(Debug)]
+pub enum Deleted {
+    /// The image is in the trash as `id`; its data is being removed in the background.
+    Purging { id: String },
+    /// The image had other snapshots: it is in the trash as `id`, with them, as stock leaves it.
+    KeptInTrash { id: String },
+}
+
+/// Deletes image `name` of `pool`, and first its `snapshot`, as the stock driver does.
+pub fn delete(
+    cluster: &Arc<Cluster>,
+    pool: &str,
+    name: &str,
+    snapshot: Option<&str>,
+    rules: Rules,
+) -> Result<Deleted> {
+    let ioctx = Arc::new(cluster.pool(pool)?);
+    if let Some(snap) = snapshot {
+        remove_snapshot(&Image::open(Arc::clone(&ioctx), name, None)?, snap, rules)?;
+    }
+    let image = Image::inspect(Arc::clone(&ioctx), name)?;
+    let id = image.id()?;
+    let target = ioctx.target(name);
+    if image.snapshot_count()? > 0 {
+        if !rules.trash_with_snapshots {
+            return Err(Error::ceph(
+                Op::Remove,
+                &target,
+                -i64::from(libc::ENOTEMPTY),
+            ));
+        }
+        drop(image);
+        image::trash_move(&ioctx, name)?;
+        return Ok(Deleted::KeptInTrash { id });
+    }
+    // `rbd remove` refuses an image that a client has open, a reader or a writer: so does this,
+    // rather than move it from under them.
+    if image.watcher_count()? > 0 {
+        return Err(Error::ceph(Op::Remove, &target, -i64::from(libc::EBUSY)));
+    }
+    drop(image);
+    let mark = mark(&ioctx, name, &id);
+    if let Err(err) = image::trash_move(&ioctx, name) {
+        if let Some(mark) = &mark {
+            unmark(&ioctx, name, &id, mark);
+        }
+        return Err(err);
+    }
+    purge::queue(purge::Job {
+        ioctx,
+        name: name.to_owned(),
+        id: id.clone(),
+        mark,
+    });
+    Ok(Deleted::Purging { id })
+}
+
+/// Unprotects and removes `snap`, as stock does: a snapshot that is not there is fine; one with
+/// clones is refused (EBUSY, from librbd's unprotect, or first under `refuse_clones_first`).
+fn remove_snapshot(image: &Image, snap: &str, rules: Rules) -> Result<()> {
+    let missing = |err: &Error| err.errno() == Some(libc::ENOENT);
+    if rules.refuse_clones_first {
+        match image.has_clones(snap) {
+            Ok(true) => {
+                return Err(Error::ceph(
+                    Op::UnprotectSnapshot,
+                    image.target(),
+                    -i64::from(libc::EBUSY),
+                ));
+            }
+            Ok(false) => {}
+            Err(err) if missing(&err) => return Ok(()),
+            Err(err) => return Err(err),
+        }
+    }
+    match image.snap_unprotect(snap) {
+        // EINVAL: not protected.
+        Err(err) if err.errno() == Some(libc::EINVAL) => {}
+        Err(err) if missing(&err) => return Ok(()),
+        other => other?,
+    }
+    match image.snap_remove(snap) {
+        Err(err) if missing(&err) => Ok(()),
+        other => other,
+    }
+}
+
+/// Marks the deletion of image `id`, before its move to the trash: the JSON written, or None if
+/// it could not be (the delete goes on: without a mark, a process killed before the data is
+/// gone leaves an entry that `sweep` does not know as its own, as stock leaves one).
+fn mark(ioctx: &IoCtx, name: &str, id: &str) -> Option<String> {
+    let mut value = String::from("{");
+    for (key, field) in writer() {
+        let _ = write!(value, "\"{key}\":{field},");
+    }
+    let cluster = ioctx.cluster();
+    let _ = write!(value, "\"client\":{},", cluster.instance_id());
+    if let Some(addr) = cluster.address() {
+        let _ = write!(value, "\"addr\":{},", json_string(&addr));
+    }
+    let _ = write!(
+        value,
+        "\"image\":{},\"image_id\":{},\"started\":{:.3}}}",
+        json_string(name),
+        json_string(id),
+        unix_now()
+    );
+    let entry = Entry {
+        ioctx,
+        object: INDEX,
+        key: id,
+    };
+    match omap::set(entry, &value, None, Op::MarkDelete, &ioctx.target(name)) {
+        Ok(()) => Some(value),
+        Err(err) => {
+            log::warn!(
+                "{err}: should this process die before its data is removed, `glance-rbd-native \
+                 sweep` will not know the trash entry {id} as its own"
+            );
+            None
+        }
+    }
+}
+
+/// Clears the mark of image `id`, if it still holds `value`.
+pub(crate) fn unmark(ioctx: &IoCtx, name: &str, id: &str, value: &str) {
+    let entry = Entry {
+        ioctx,
+        object: INDEX,
+        key: id,
+    };
+    match omap::remove(entry, Some(value), Op::MarkDelete, &ioctx.target(name)) {
+        Ok(()) => {}
+        Err(err) if err.errno() == Some(libc::ECANCELED) => log::info!(
+            "the deletion mark of {} (id {id}) was changed or removed by another process \
+             (`glance-rbd-native sweep`): left as it is",
+            ioctx.target(name)
+        ),
+        Err(err) => log::warn!("{err}"),
+    }
+}
