@@ -1,5 +1,6 @@
 """``glance-rbd-native`` (also ``python -m glance_rbd_native``): the uploads in flight in
-glance's rbd backends, and the partial images of those whose writer is gone.
+glance's rbd backends, the partial images of those whose writer is gone, and the deleted images
+whose data a process that is gone was removing.
 
     glance-rbd-native status --config-file /etc/glance/glance-api.conf
     glance-rbd-native sweep [--remove] --config-file /etc/glance/glance-api.conf
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional, TypedDict, cast
 
 from glance_rbd_native import compat, leftovers, settings
-from glance_rbd_native.leftovers import printable
+from glance_rbd_native.leftovers import deletes, printable
 from glance_rbd_native.units import duration, size
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ class Result(_Result, total=False):
 
     # status
     uploads: list[leftovers.UploadDict]
+    # status, and sweep (those whose deleter is gone, and those kept)
+    deletes: list[deletes.DeletionDict]
     # sweep
     gone: list[leftovers.UploadDict]
     kept: list[leftovers.UploadDict]
@@ -382,9 +385,13 @@ def _look(
     found = leftovers.uploads(pool, args.presume_gone_after)
     result: Result = {"backend": backend.name, "pool": backend.pool}
     now = time.time()
+    deleted = deletes.deletions(pool.ioctx)
     if args.command == "status":
         result["uploads"] = [u.as_dict(now) for u in found if u.state in STATUS_STATES]
+        result["deletes"] = [d.as_dict(now) for d in deleted if d.state != "stale"]
         return result
+    listed_deletes = [d for d in deleted if d.state in ("gone", "kept")]
+    result["deletes"] = [d.as_dict(now) for d in listed_deletes]
     gone = [u for u in found if u.state == "gone"]
     kept = [u for u in found if u.state in ("silent", "unreadable")]
     stale = [u for u in found if u.state in ("missing", "finished")]
@@ -398,8 +405,14 @@ def _look(
     result["gone"] = [u.as_dict(now) for u in gone]
     result["kept"] = [u.as_dict(now) for u in kept]
     result["unmarked"] = [u.as_dict(now) for u in unmarked]
-    result["stale_marks"] = len(stale)
+    stale_deletes = [d for d in deleted if d.state == "stale"]
+    result["stale_marks"] = len(stale) + len(stale_deletes)
     if args.remove:
+        for listed_delete, deletion in zip(result["deletes"], listed_deletes):
+            if deletion.state == "gone":
+                listed_delete["outcome"] = deletes.purge(pool.ioctx, deletion)
+        for deletion in stale_deletes:
+            deletes.purge(pool.ioctx, deletion)
         for listed, upload in zip(result["gone"], gone):
             listed["outcome"] = leftovers.remove(pool, upload)
         chosen = set(args.images)
@@ -424,6 +437,13 @@ def _print(args: argparse.Namespace, result: Result) -> None:
                 f"{_writer(upload)}  age {duration(upload['age_seconds'])}  "
                 f"{size(upload['bytes'])} stored  {_rate(upload)}  ({upload['reason']})"
             )
+        for deletion in result["deletes"]:
+            print(
+                f"{where}/{deletion['image']}  deleted, data in the trash as "
+                f"{deletion['image_id']}  {_DELETE_WORDS[deletion['state']]}  "
+                f"{_writer(deletion)}  age {duration(deletion['age_seconds'])}  "
+                f"({deletion['reason']})"
+            )
         return
     verb = "removed" if args.remove else "would remove"
     if not result["gone"]:
@@ -436,6 +456,13 @@ def _print(args: argparse.Namespace, result: Result) -> None:
         )
     for upload in result["kept"]:
         print(f"{where}/{upload['image']}  kept: {upload['reason']}")
+    purge = "purged" if args.remove else "would purge"
+    for deletion in result["deletes"]:
+        what = f"{where}/{deletion['image']} (deleted, trash id {deletion['image_id']})"
+        if deletion["state"] == "gone":
+            print(f"{what}  {deletion.get('outcome', purge)}: {deletion['reason']}")
+        else:
+            print(f"{what}  kept: {deletion['reason']}")
     if "database" in result and result["database"] != "read":
         print(
             f"{where}: glance's database was {result['database']}: the unmarked images below "
@@ -453,6 +480,8 @@ def _print(args: argparse.Namespace, result: Result) -> None:
         )
 
 
+_DELETE_WORDS = {"deleting": "deleter alive", "gone": "deleter GONE", "kept": "KEPT"}
+
 _STATE_WORDS = {
     "alive": "writer alive",
     "gone": "writer GONE",
@@ -461,7 +490,7 @@ _STATE_WORDS = {
 }
 
 
-def _writer(upload: leftovers.UploadDict) -> str:
+def _writer(upload: "leftovers.UploadDict | deletes.DeletionDict") -> str:
     if upload["pid"] is None:
         return "writer unknown"
     where = f" in {upload['cgroup']}" if upload.get("cgroup") else ""

@@ -54,8 +54,12 @@ class Mark:
         return (self.fields or {}).get(field, default)
 
 
-def parse(key: bytes, raw: bytes) -> Mark:
-    """The mark stored under ``key``; an unreadable one says why, and is never acted on."""
+Schema = dict[str, type]
+
+
+def parse(key: bytes, raw: bytes, required: Schema = REQUIRED, optional: Schema = OPTIONAL) -> Mark:
+    """The mark stored under ``key`` (with the ``required`` and ``optional`` fields of an
+    upload's, or those given); an unreadable one says why, and is never acted on."""
 
     def unreadable(problem: str) -> Mark:
         return Mark(key, raw, None, problem)
@@ -72,9 +76,9 @@ def parse(key: bytes, raw: bytes) -> Mark:
         return unreadable("its value is not JSON")
     if not isinstance(fields, dict):
         return unreadable(f"its value is a JSON {type(fields).__name__}, not an object")
-    for field, kind in {**REQUIRED, **OPTIONAL}.items():
+    for field, kind in {**required, **optional}.items():
         if field not in fields:
-            if field in REQUIRED:
+            if field in required:
                 return unreadable(f"it has no {field!r}")
             continue
         value = fields[field]
@@ -89,8 +93,14 @@ def parse(key: bytes, raw: bytes) -> Mark:
     return Mark(key, raw, fields)
 
 
-def read(ioctx: "rados.Ioctx") -> dict[str, Mark]:
-    """{image name: Mark} of every entry in the index of the pool of ``ioctx``. An entry whose
+def read(
+    ioctx: "rados.Ioctx",
+    index: str = INDEX,
+    required: Schema = REQUIRED,
+    optional: Schema = OPTIONAL,
+) -> dict[str, Mark]:
+    """{key: Mark} of every entry in ``index`` (by default the uploads', keyed by image name),
+    in the pool of ``ioctx``. An entry whose
     key is not UTF-8 is listed as unreadable: Ceph's Python binding cannot return such a key
     (it fails to decode it, and goes on with the next), so it is named by the key before it."""
     import rados
@@ -101,13 +111,13 @@ def read(ioctx: "rados.Ioctx") -> dict[str, Mark]:
         with rados.ReadOpCtx() as op:
             values, _ = ioctx.get_omap_vals(op, after, "", PAGE)
             try:
-                ioctx.operate_read_op(op, INDEX)
+                ioctx.operate_read_op(op, index)
             except rados.ObjectNotFound:
-                return found  # no native upload ever ran in this pool
+                return found  # no native upload (or delete) ever ran in this pool
             page = _entries(values, after)
         for key, value in page:
             mark = (
-                parse(key, value or b"")
+                parse(key, value or b"", required, optional)
                 if key is not None
                 else Mark(b"", b"", None, "its key is not UTF-8")
             )
@@ -140,9 +150,9 @@ def _entries(
         entries.append((key if isinstance(key, bytes) else key.encode(), value))
 
 
-def remove(ioctx: "rados.Ioctx", mark: Mark) -> bool:
-    """Removes ``mark`` if the entry still holds what was read; False if it changed (a new
-    writer marked the name meanwhile) or is gone."""
+def remove(ioctx: "rados.Ioctx", mark: Mark, index: str = INDEX) -> bool:
+    """Removes ``mark`` from ``index`` if the entry still holds what was read; False if it
+    changed (a new writer marked the name meanwhile) or is gone."""
     import rados
 
     try:
@@ -153,7 +163,7 @@ def remove(ioctx: "rados.Ioctx", mark: Mark) -> bool:
         op.omap_cmp(key, value, rados.LIBRADOS_CMPXATTR_OP_EQ)
         ioctx.remove_omap_keys(op, (key,))
         try:
-            ioctx.operate_write_op(op, INDEX)
+            ioctx.operate_write_op(op, index)
         except rados.ObjectNotFound:
             return False
         except rados.Error as exc:
