@@ -53,7 +53,7 @@ def deletion_marks(images):
             images.ioctx.operate_read_op(op, DELETES)
         except rados.ObjectNotFound:
             return {}
-        return {key: value for key, value in entries}
+        return dict(entries)
 
 
 def purged(images, name):
@@ -188,7 +188,9 @@ def test_an_image_being_uploaded(cluster, clean_pool):
         source = HeldSource(4 * MiB, first=2 * MiB)
         stored = []
         upload = threading.Thread(
-            target=lambda: stored.append(store.add(name, source, 4 * MiB, "sha512"))
+            target=lambda store=store, name=name, source=source, stored=stored: stored.append(
+                store.add(name, source, 4 * MiB, "sha512")
+            )
         )
         upload.start()
         assert source.reached.wait(30)

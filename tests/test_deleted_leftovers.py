@@ -18,7 +18,6 @@ from tests.harness import command
 from tests.harness.command import CHECKOUT
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.stores import SNAP
-from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 

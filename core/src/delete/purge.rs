@@ -5,12 +5,11 @@
 //! has one open. Either way the deletion's mark is cleared once the entry is gone. These threads
 //! never call into Python: their records wait for the next native call.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::rbd::cluster::{Daemon, IoCtx, cstring};
+use crate::rbd::cluster::{IoCtx, cstring};
 use crate::rbd::image;
 use crate::sync;
 use crate::transfer::background;
@@ -34,8 +33,13 @@ pub(crate) struct Job {
 /// threads, so it starts its own.
 static QUEUE: Mutex<Option<(u32, Sender<Job>)>> = Mutex::new(None);
 
-/// Set once the manager refused a task to this process's user: its caps do not allow it.
-static MANAGER_REFUSED: AtomicBool = AtomicBool::new(false);
+/// The users (cephx entities) the manager refused a task: their caps do not allow it, and it
+/// is not asked again for them.
+static MANAGER_REFUSED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// The users with a manager command still unanswered: none other is sent for them meanwhile.
+static MANAGER_PENDING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// How long a manager command may take before this process removes the data itself.
+const MANAGER_WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) fn queue(job: Job) {
     let pid = std::process::id();
@@ -87,48 +91,66 @@ fn purge(job: &Job) {
     );
 }
 
-/// Hands the removal to the manager's task queue; false if there is no manager, or it refused.
+/// Hands the removal to the manager's task queue; false if the manager refused it, or gave no
+/// answer within `MANAGER_WAIT`. A manager command waits for an active manager for as long as
+/// librados' mon op timeout (by default, for ever), and which manager is active cannot be asked
+/// with glance's caps (`mgr stat` needs more than `mon 'profile rbd'`): it is sent from a thread
+/// of its own, one at a time per user, and the removal done here meanwhile.
 fn by_manager(job: &Job) -> bool {
-    if MANAGER_REFUSED.load(Ordering::Relaxed) {
+    let cluster = Arc::clone(job.ioctx.cluster());
+    let entity = cluster.entity().to_owned();
+    if sync::lock(&MANAGER_REFUSED).contains(&entity) {
         return false;
     }
-    let cluster = job.ioctx.cluster();
-    // Without an active manager, a manager command would wait for one.
-    match cluster.command(Daemon::Monitors, r#"{"prefix":"mgr stat","format":"json"}"#) {
-        Ok(stat) if stat.replace(' ', "").contains("\"available\":true") => {}
-        Ok(_) => return false,
-        Err((errno, status)) => {
-            log::debug!(
-                "asking the monitors for the manager failed (errno {}): {status}",
-                -errno
-            );
-            return false;
-        }
+    if sync::lock(&MANAGER_PENDING).contains(&entity) {
+        return false;
     }
     let spec = format!("{}/{}", job.ioctx.pool(), job.id);
     let command = format!(
         r#"{{"prefix":"rbd task add trash remove","image_id_spec":{},"format":"json"}}"#,
         crate::transfer::mark::json_string(&spec)
     );
-    match cluster.command(Daemon::Manager, &command) {
-        Ok(_) => true,
-        Err((errno, status)) if errno == -libc::EACCES || errno == -libc::EPERM => {
-            if !MANAGER_REFUSED.swap(true, Ordering::Relaxed) {
+    sync::lock(&MANAGER_PENDING).push(entity.clone());
+    let (answer, answered) = channel();
+    let asker = {
+        let entity = entity.clone();
+        background::spawn("rbd-purge-mgr".into(), move || {
+            let _ = answer.send(cluster.mgr_command(&command));
+            sync::lock(&MANAGER_PENDING).retain(|e| *e != entity);
+        })
+    };
+    if asker.is_err() {
+        sync::lock(&MANAGER_PENDING).retain(|e| *e != entity);
+        return false;
+    }
+    match answered.recv_timeout(MANAGER_WAIT) {
+        Ok(Ok(_)) => true,
+        Ok(Err((errno, status))) if errno == -libc::EACCES || errno == -libc::EPERM => {
+            let mut refused = sync::lock(&MANAGER_REFUSED);
+            if !refused.contains(&entity) {
+                refused.push(entity.clone());
                 log::info!(
-                    "the Ceph manager refused `rbd task add trash remove` to {} ({status}): this \
-                     process removes the data of deleted images itself (the manager would with \
-                     mgr 'profile rbd pool={}' in the user's caps)",
-                    cluster.entity(),
+                    "the Ceph manager refused `rbd task add trash remove` to {entity} \
+                     ({status}): this process removes the data of deleted images itself (the \
+                     manager would with mgr 'profile rbd pool={}' in the user's caps)",
                     job.ioctx.pool()
                 );
             }
             false
         }
-        Err((errno, status)) => {
+        Ok(Err((errno, status))) => {
             log::debug!(
                 "the Ceph manager did not take the removal of trash entry {} (errno {}): {status}",
                 job.id,
                 -errno
+            );
+            false
+        }
+        Err(_) => {
+            log::info!(
+                "the Ceph manager did not answer {entity} within {} s (is one active?): this \
+                 process removes the data of deleted images itself until it does",
+                MANAGER_WAIT.as_secs()
             );
             false
         }

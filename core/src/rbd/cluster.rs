@@ -502,36 +502,18 @@ impl Cluster {
             .into_owned())
     }
 
-    /// Sends `json`, one command, to the monitors or to the active manager (`to`): its output,
-    /// or its negative errno with the status text the daemon gave.
-    pub(crate) fn command(
-        &self,
-        to: Daemon,
-        json: &str,
-    ) -> std::result::Result<String, (i32, String)> {
+    /// Sends `json`, one command, to the active manager: its output, or its negative errno
+    /// with the status text the manager gave. It waits for an active manager for as long as
+    /// librados' mon op timeout.
+    pub(crate) fn mgr_command(&self, json: &str) -> std::result::Result<String, (i32, String)> {
         let cmd = cstring(json).map_err(|_| (-libc::EINVAL, String::new()))?;
         let mut cmds = [cmd.as_ptr()];
         let (mut out, mut out_len): (*mut c_char, usize) = (ptr::null_mut(), 0);
         let (mut status, mut status_len): (*mut c_char, usize) = (ptr::null_mut(), 0);
-        type Command = unsafe extern "C" fn(
-            rados::rados_t,
-            *mut *const c_char,
-            usize,
-            *const c_char,
-            usize,
-            *mut *mut c_char,
-            *mut usize,
-            *mut *mut c_char,
-            *mut usize,
-        ) -> i32;
-        let call: Command = match to {
-            Daemon::Monitors => rados::rados_mon_command,
-            Daemon::Manager => ffi::rados_mgr_command,
-        };
         // SAFETY: the handle is connected; cmds holds one NUL-terminated command alive for the
         // call; the out-pointers receive librados' buffers, freed below.
         let ret = unsafe {
-            call(
+            ffi::rados_mgr_command(
                 self.handle,
                 cmds.as_mut_ptr(),
                 1,
@@ -594,13 +576,6 @@ impl Drop for Cluster {
         // ioctx on it is alive any more.
         unsafe { rados::rados_shutdown(self.handle) };
     }
-}
-
-/// Where `Cluster::command` sends a command.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Daemon {
-    Monitors,
-    Manager,
 }
 
 /// A `rados_ioctx_t` on one pool; holds its cluster so the two are torn down in order.
