@@ -1,4 +1,4 @@
-//! `delete_image`, the Python face of a delete (`glance_rbd_core::delete`).
+//! `_delete_image`, the Python face of a delete (`glance_rbd_core::delete`).
 
 use pyo3::prelude::*;
 
@@ -12,7 +12,7 @@ use glance_rbd_core::rbd::cluster::{Cluster, ConnectOptions};
 /// does, without waiting for its data to go: the image moves to the pool's trash, and its data
 /// is removed in the background. Returns (its trash id, whether its data is being removed): an
 /// image with other snapshots stays in the trash, as stock leaves it.
-#[pyfunction]
+#[pyfunction(name = "_delete_image")]
 #[pyo3(signature = (
     pool, image, snapshot = None, *, conffile = None, user = None, connect_timeout = None,
     refuse_clones_first = false, trash_with_snapshots = true,

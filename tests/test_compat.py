@@ -56,6 +56,14 @@ def test_detection_agrees_with_the_release_notes():
     assert compat.stock_sets_librados_timeouts() is stock_versions.SETS_LIBRADOS_TIMEOUTS
 
 
+def test_the_delete_is_the_installed_releases():
+    """Read off the installed stock delete's source, against the release notes' boundary."""
+    assert compat.delete_rules() == compat.DeleteRules(
+        refuse_clones_first=not stock_versions.TRASHES_IMAGES_WITH_SNAPSHOTS,
+        trash_with_snapshots=stock_versions.TRASHES_IMAGES_WITH_SNAPSHOTS,
+    )
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("backend", [None, "ceph1"], ids=["single", "multi"])
 def test_options_are_the_ones_stock_configured(cluster, backend):

@@ -12,7 +12,7 @@ import tempfile
 import pytest
 import rbd
 
-from glance_rbd_native._native import _flush_logs, delete_image
+from glance_rbd_native._native import _flush_logs, _delete_image
 from tests.harness.cluster import Cluster
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.stores import SNAP, Images
@@ -41,7 +41,7 @@ def deleted_by(cluster, user, conf, caplog):
     """Deletes a stored image as `user`: who removed its data, as its record says."""
     with contextlib.closing(Images(cluster)) as images:
         name = images.store(new_name("purge"), data_of(4 * MiB))
-        trash_id, purging = delete_image(cluster.pool, name, SNAP, conffile=str(conf), user=user)
+        trash_id, purging = _delete_image(cluster.pool, name, SNAP, conffile=str(conf), user=user)
         assert purging and name not in images.names()
         ids = lambda: {e["id"] for e in rbd.RBD().trash_list(images.ioctx)}  # noqa: E731
         wait_for(lambda: trash_id not in ids(), timeout=120, what="the trash entry to go")

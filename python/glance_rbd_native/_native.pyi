@@ -171,7 +171,7 @@ class _Transfer(TypedDict):
 def native_digests() -> List[str]:
     """The hashlib algorithm names `RbdWriter(digests=...)` can compute natively."""
 
-def delete_image(
+def _delete_image(
     pool: str,
     image: str,
     snapshot: Optional[str] = None,

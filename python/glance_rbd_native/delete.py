@@ -17,7 +17,7 @@ from glance_store import exceptions
 from glance_store.i18n import _LW, _
 
 from glance_rbd_native import compat, errors, green
-from glance_rbd_native._native import NotFound, RbdError, delete_image
+from glance_rbd_native._native import NotFound, RbdError, _delete_image
 
 if TYPE_CHECKING:
     from glance_store.location import Location
@@ -34,7 +34,7 @@ def delete(self: compat.RbdStore, location: "Location", context: object = None) 
     try:
         with errors.opening(self):
             trash_id, purging = green.call(
-                delete_image,
+                _delete_image,
                 pool,
                 image,
                 snapshot or None,

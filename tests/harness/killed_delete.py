@@ -11,12 +11,12 @@ import os
 import signal
 import sys
 
-from glance_rbd_native._native import delete_image
+from glance_rbd_native._native import _delete_image
 
 
 def main() -> None:
     conf, pool, image, snapshot = sys.argv[1:5]
-    trash_id, purging = delete_image(pool, image, snapshot, conffile=conf, user="admin")
+    trash_id, purging = _delete_image(pool, image, snapshot, conffile=conf, user="admin")
     assert purging
     print(trash_id, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
