@@ -36,9 +36,8 @@ static QUEUE: Mutex<Option<(u32, Sender<Job>)>> = Mutex::new(None);
 /// The users (cephx entities) the manager refused a task: their caps do not allow it, and it
 /// is not asked again for them.
 static MANAGER_REFUSED: Mutex<Vec<String>> = Mutex::new(Vec::new());
-/// The users with a manager command still unanswered: none other is sent for them meanwhile.
-static MANAGER_PENDING: Mutex<Vec<String>> = Mutex::new(Vec::new());
-/// How long a manager command may take before this process removes the data itself.
+/// How long the manager may take to answer before this process removes the data itself: the
+/// bound of the connect and of the command.
 const MANAGER_WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) fn queue(job: Job) {
@@ -92,17 +91,11 @@ fn purge(job: &Job) {
 }
 
 /// Hands the removal to the manager's task queue; false if the manager refused it, or gave no
-/// answer within `MANAGER_WAIT`. A manager command waits for an active manager for as long as
-/// librados' mon op timeout (by default, for ever), and which manager is active cannot be asked
-/// with glance's caps (`mgr stat` needs more than `mon 'profile rbd'`): it is sent from a thread
-/// of its own, one at a time per user, and the removal done here meanwhile.
+/// answer within `MANAGER_WAIT` (is one active?).
 fn by_manager(job: &Job) -> bool {
-    let cluster = Arc::clone(job.ioctx.cluster());
-    let entity = cluster.entity().to_owned();
-    if sync::lock(&MANAGER_REFUSED).contains(&entity) {
-        return false;
-    }
-    if sync::lock(&MANAGER_PENDING).contains(&entity) {
+    let cluster = job.ioctx.cluster();
+    let entity = cluster.entity();
+    if sync::lock(&MANAGER_REFUSED).iter().any(|e| e == entity) {
         return false;
     }
     let spec = format!("{}/{}", job.ioctx.pool(), job.id);
@@ -110,25 +103,12 @@ fn by_manager(job: &Job) -> bool {
         r#"{{"prefix":"rbd task add trash remove","image_id_spec":{},"format":"json"}}"#,
         crate::transfer::mark::json_string(&spec)
     );
-    sync::lock(&MANAGER_PENDING).push(entity.clone());
-    let (answer, answered) = channel();
-    let asker = {
-        let entity = entity.clone();
-        background::spawn("rbd-purge-mgr".into(), move || {
-            let _ = answer.send(cluster.mgr_command(&command));
-            sync::lock(&MANAGER_PENDING).retain(|e| *e != entity);
-        })
-    };
-    if asker.is_err() {
-        sync::lock(&MANAGER_PENDING).retain(|e| *e != entity);
-        return false;
-    }
-    match answered.recv_timeout(MANAGER_WAIT) {
-        Ok(Ok(_)) => true,
-        Ok(Err((errno, status))) if errno == -libc::EACCES || errno == -libc::EPERM => {
+    match cluster.mgr_command(&command, MANAGER_WAIT) {
+        Ok(_) => true,
+        Err((errno, status)) if errno == -libc::EACCES || errno == -libc::EPERM => {
             let mut refused = sync::lock(&MANAGER_REFUSED);
-            if !refused.contains(&entity) {
-                refused.push(entity.clone());
+            if !refused.iter().any(|e| e == entity) {
+                refused.push(entity.to_owned());
                 log::info!(
                     "the Ceph manager refused `rbd task add trash remove` to {entity} \
                      ({status}): this process removes the data of deleted images itself (the \
@@ -138,19 +118,13 @@ fn by_manager(job: &Job) -> bool {
             }
             false
         }
-        Ok(Err((errno, status))) => {
-            log::debug!(
-                "the Ceph manager did not take the removal of trash entry {} (errno {}): {status}",
-                job.id,
-                -errno
-            );
-            false
-        }
-        Err(_) => {
+        Err((errno, status)) => {
             log::info!(
-                "the Ceph manager did not answer {entity} within {} s (is one active?): this \
-                 process removes the data of deleted images itself until it does",
-                MANAGER_WAIT.as_secs()
+                "the Ceph manager did not take the removal of trash entry {} from {entity} \
+                 (errno {}{}{status}): this process removes its data itself",
+                job.id,
+                -errno,
+                if status.is_empty() { "" } else { ": " },
             );
             false
         }

@@ -502,10 +502,24 @@ impl Cluster {
             .into_owned())
     }
 
-    /// Sends `json`, one command, to the active manager: its output, or its negative errno
-    /// with the status text the manager gave. It waits for an active manager for as long as
-    /// librados' mon op timeout.
-    pub(crate) fn mgr_command(&self, json: &str) -> std::result::Result<String, (i32, String)> {
+    /// Sends `json`, one command, to the active manager, through a connection of its own whose
+    /// librados timeouts are `wait` (a manager command waits for an active manager for as long
+    /// as the mon op timeout, which glance may leave unset: for ever). Its output, or its
+    /// negative errno with the status text the manager (or the connect) gave.
+    pub(crate) fn mgr_command(
+        &self,
+        json: &str,
+        wait: Duration,
+    ) -> std::result::Result<String, (i32, String)> {
+        let mut options = self.options.clone();
+        options.timeout = Some(u32::try_from(wait.as_secs()).unwrap_or(u32::MAX).max(1));
+        let private = Cluster::configured(&options)
+            .and_then(Cluster::connect)
+            .map_err(|err| (-err.errno().unwrap_or(libc::EIO), err.to_string()))?;
+        private.send_mgr_command(json)
+    }
+
+    fn send_mgr_command(&self, json: &str) -> std::result::Result<String, (i32, String)> {
         let cmd = cstring(json).map_err(|_| (-libc::EINVAL, String::new()))?;
         let mut cmds = [cmd.as_ptr()];
         let (mut out, mut out_len): (*mut c_char, usize) = (ptr::null_mut(), 0);
@@ -536,7 +550,11 @@ impl Cluster {
             String::from_utf8_lossy(&copy).into_owned()
         };
         let (out, status) = (text(out, out_len), text(status, status_len));
-        if ret < 0 { Err((ret, status)) } else { Ok(out) }
+        // librados 16 answers a manager command that timed out with a positive ETIMEDOUT.
+        match ret {
+            0 => Ok(out),
+            ret => Err((-ret.abs(), status)),
+        }
     }
 
     /// An I/O context on `pool`. It keeps the cluster alive for as long as it lives.
