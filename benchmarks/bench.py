@@ -713,7 +713,26 @@ def transfer_table(bench):
     return rows
 
 
+def checkout_commit():
+    """The checkout's commit, short (the results name it), or None: no git, or no repository."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=CHECKOUT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode:
+        return None
+    return out.stdout.strip() or None
+
+
 def main():
+    # Before the run: the code measured, whatever is committed while it runs.
+    commit = checkout_commit()
     root = pathlib.Path(tempfile.mkdtemp(prefix="grn-bench-", dir="/tmp"))
     try:
         print(
@@ -827,6 +846,7 @@ def main():
                 "size": SIZE,
                 "groups": GROUPS,
                 "machine": machine,
+                "commit": commit,
                 "rows": rows,
                 "samples": bench.results,
             },
