@@ -6,7 +6,8 @@ drive glance-api servers under uWSGI (tests/harness/glance_api.py: master, 2 pro
 threads, lazy-apps) that differ only in GLANCE_RBD_NATIVE: PUTs from this process, and
 copy-image between two rbd backends of multi-store servers.
 Every row runs ROUNDS times, interleaved, and reports medians. The table goes to stdout,
-everything measured to BENCH_JSON.
+everything measured to BENCH_JSON, and charts of it next to that file (benchmarks/charts.py;
+without matplotlib, a line says so and the run ends as before).
 
     make bench                      # 1 GiB images, 3 rounds; or python -m benchmarks.bench
     BENCH_ROUNDS=5 BENCH_SIZE_MIB=512 make bench
@@ -31,7 +32,7 @@ import time
 
 import numpy as np
 
-from benchmarks import huge
+from benchmarks import charts, huge
 from debian_root import TRIXIE, DebianRoot, build_deb
 from glance_rbd_native import DEFAULT_MAX_IN_FLIGHT
 from tests.harness import hub_latency, venvs
@@ -713,7 +714,26 @@ def transfer_table(bench):
     return rows
 
 
+def checkout_commit():
+    """The checkout's commit, short (the results name it), or None: no git, or no repository."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=CHECKOUT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode:
+        return None
+    return out.stdout.strip() or None
+
+
 def main():
+    # Before the run: the code measured, whatever is committed while it runs.
+    commit = checkout_commit()
     root = pathlib.Path(tempfile.mkdtemp(prefix="grn-bench-", dir="/tmp"))
     try:
         print(
@@ -827,6 +847,7 @@ def main():
                 "size": SIZE,
                 "groups": GROUPS,
                 "machine": machine,
+                "commit": commit,
                 "rows": rows,
                 "samples": bench.results,
             },
@@ -834,6 +855,8 @@ def main():
         )
     )
     print(f"\nall samples: {OUT}")
+    # Once the results are written: a chart that cannot be drawn loses nothing of them.
+    charts.after_run(OUT)
 
 
 if __name__ == "__main__":
