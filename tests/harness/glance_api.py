@@ -88,6 +88,7 @@ class GlanceApi:
         uwsgi_options=(),
         pid_namespace=False,
         image_size_cap: int | None = None,
+        thin_provisioning=False,
     ):
         if server not in ("uwsgi", "eventlet"):
             raise ValueError(f"unknown server {server!r}")
@@ -111,6 +112,7 @@ class GlanceApi:
         self.uwsgi_options = tuple(uwsgi_options)
         self.pid_namespace = pid_namespace
         self.image_size_cap = image_size_cap
+        self.thin_provisioning = thin_provisioning
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.root / "glance-api.log"
@@ -270,6 +272,8 @@ class GlanceApi:
             )
             if self.timeout is not None:
                 text += f"rados_connect_timeout = {self.timeout}\n"
+            if self.thin_provisioning:
+                text += "rbd_thin_provisioning = True\n"
             return text
 
         if self.multistore:
