@@ -10,6 +10,7 @@ pub mod in_flight;
 pub(crate) mod janitor;
 pub(crate) mod mark;
 pub mod progress;
+pub(crate) mod rss;
 pub mod shares;
 pub mod upload;
 pub mod zeros;

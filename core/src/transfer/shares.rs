@@ -13,7 +13,8 @@
 //!
 //! When the last transfer of the process ends, the memory malloc keeps free goes back to the
 //! system (`release_memory_if_idle`): the chunks of a burst are freed on many threads, into
-//! many arenas, and glibc would otherwise keep much of it.
+//! many arenas, and glibc would otherwise keep much of it. While transfers run, `rss` keeps the
+//! process's RSS within the bound and a headroom of its level at the start.
 
 use crate::error::{Error, Result};
 use crate::sync;
@@ -79,7 +80,12 @@ impl Process {
 
     /// A share for one more transfer; `cap` is its own bound, if it has one.
     pub(crate) fn join(&'static self, cap: Option<usize>) -> Share {
-        self.state().transfers += 1;
+        let mut state = self.state();
+        state.transfers += 1;
+        if state.transfers == 1 {
+            super::rss::first_started();
+        }
+        drop(state);
         Share {
             process: self,
             cap: cap.unwrap_or(usize::MAX).max(1),
@@ -94,11 +100,7 @@ impl Process {
         if self.state().transfers > 0 {
             return;
         }
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim only returns free pages of malloc's arenas, under their locks.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        super::rss::trim();
     }
 }
 
@@ -148,6 +150,7 @@ impl Share {
     pub(crate) fn sub(&self, len: usize) {
         self.held.fetch_sub(len, Ordering::Relaxed);
         self.process.held.fetch_sub(len, Ordering::Relaxed);
+        super::rss::released(len, || self.process.state().bound);
     }
 
     /// Takes what `plan` returns, planned from this share's limit and the process's room, in
