@@ -12,7 +12,7 @@ import tempfile
 import pytest
 import rbd
 
-from glance_rbd_native._native import _flush_logs, _delete_image
+from glance_rbd_native._native import _delete_image, _flush_logs
 from tests.harness.cluster import Cluster
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.stores import SNAP, Images

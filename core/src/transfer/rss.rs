@@ -6,13 +6,14 @@
 //! the process's RSS before it, for a bound of 64 MiB, whatever the number of arenas. Returning
 //! every chunk at once (a fixed mmap threshold) holds the peak at what is in use, but costs a
 //! page fault for each page of each chunk: reads were 40% slower. So the RSS is watched instead:
-//! read from /proc every `CHECK_EVERY` bytes the transfers let go of, and when it is more than
+//! read from /proc every `CHECK_EVERY` bytes the transfers take or let go of (a chunk reserved,
+//! written, read or handed out), and when it is more than
 //! the bound plus `HEADROOM` above its level when the first transfer started, malloc's free
 //! pages go back to the system (`malloc_trim`), about 16 times per GiB read.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Bytes let go of between two readings of the RSS: half a chunk.
+/// Bytes taken or let go of between two readings of the RSS: half a chunk.
 const CHECK_EVERY: usize = 4 << 20;
 /// What the RSS may exceed the bound by, over its level at the start, before free memory is
 /// given back: what the transfers hold beyond the bound (one chunk each, the consumer's), and
@@ -21,34 +22,30 @@ pub(crate) const HEADROOM: usize = 32 << 20;
 
 /// The RSS when the first of the transfers running started, in bytes (0: unknown).
 static BASELINE: AtomicUsize = AtomicUsize::new(0);
-/// Bytes let go of since the last reading.
-static RELEASED: AtomicUsize = AtomicUsize::new(0);
+/// Bytes taken or let go of since the last reading.
+static MOVED: AtomicUsize = AtomicUsize::new(0);
 
 /// The first transfer of the process starts (none was running): the RSS now is the baseline.
 pub(crate) fn first_started() {
     BASELINE.store(rss().unwrap_or(0), Ordering::Relaxed);
-    RELEASED.store(0, Ordering::Relaxed);
+    MOVED.store(0, Ordering::Relaxed);
 }
 
-/// A transfer let go of `len` bytes; `bound` is the process's in-flight bound.
-pub(crate) fn released(len: usize, bound: impl FnOnce() -> usize) {
-    if RELEASED.fetch_add(len, Ordering::Relaxed) + len < CHECK_EVERY {
+/// A transfer took or let go of `len` bytes of its share; `bound` is the process's bound.
+pub(crate) fn moved(len: usize, bound: usize) {
+    if MOVED.fetch_add(len, Ordering::Relaxed) + len < CHECK_EVERY {
         return;
     }
-    RELEASED.store(0, Ordering::Relaxed);
+    MOVED.store(0, Ordering::Relaxed);
     let baseline = BASELINE.load(Ordering::Relaxed);
     let (Some(now), true) = (rss(), baseline > 0) else {
         return;
     };
-    let limit = baseline + bound() + HEADROOM;
-    if now <= limit {
-        return;
-    }
-    trim();
-    // What is still above the limit is in use (the interpreter grew, or another part of the
-    // process): it becomes part of the baseline, so the next readings do not trim for it again.
-    if let Some(after) = rss().filter(|&after| after > limit) {
-        BASELINE.fetch_add(after - limit, Ordering::Relaxed);
+    // Over the limit, free memory goes back. Memory in use above it (the interpreter grew,
+    // or another part of the process) costs a trim with little to give back every
+    // `CHECK_EVERY` bytes at most: a walk of malloc's free lists.
+    if now > baseline + bound + HEADROOM {
+        trim();
     }
 }
 

@@ -41,6 +41,9 @@ pub struct Process {
     state: Mutex<State>,
     /// Bytes held by all its transfers: in flight, or waiting for a digest.
     held: AtomicUsize,
+    /// The bound, as `state` has it, for a reader that must not take its lock (`rss`, called
+    /// while it may be held).
+    bound: AtomicUsize,
 }
 
 struct State {
@@ -56,6 +59,7 @@ impl Process {
                 transfers: 0,
             }),
             held: AtomicUsize::new(0),
+            bound: AtomicUsize::new(bound),
         }
     }
 
@@ -65,7 +69,9 @@ impl Process {
 
     /// Sets the bound; transfers running take it up at their next chunk.
     pub fn set_bound(&self, bytes: usize) {
-        self.state().bound = bytes.max(1);
+        let mut state = self.state();
+        state.bound = bytes.max(1);
+        self.bound.store(state.bound, Ordering::Relaxed);
     }
 
     /// (bound, transfers running, bytes held), at this moment.
@@ -145,12 +151,13 @@ impl Share {
     pub(crate) fn add(&self, len: usize) {
         self.held.fetch_add(len, Ordering::Relaxed);
         self.process.held.fetch_add(len, Ordering::Relaxed);
+        super::rss::moved(len, self.process.bound.load(Ordering::Relaxed));
     }
 
     pub(crate) fn sub(&self, len: usize) {
         self.held.fetch_sub(len, Ordering::Relaxed);
         self.process.held.fetch_sub(len, Ordering::Relaxed);
-        super::rss::released(len, || self.process.state().bound);
+        super::rss::moved(len, self.process.bound.load(Ordering::Relaxed));
     }
 
     /// Takes what `plan` returns, planned from this share's limit and the process's room, in
