@@ -48,7 +48,7 @@ def main():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     md5 = hashlib.md5()
     sha512 = hashlib.sha512() if args.hash else None
-    started = time.perf_counter()
+    started_unix, started = time.time(), time.perf_counter()
     chunks, size = store.get(where)
     received = 0
     for chunk in chunks:
@@ -63,6 +63,8 @@ def main():
             {
                 "driver": args.driver,
                 "seconds": seconds,
+                # When the transfer started, for the RSS its parent samples (benchmarks/huge.py).
+                "started_unix": started_unix,
                 "bytes": received,
                 "size": size,
                 "cpu_seconds": (after.ru_utime - usage.ru_utime)

@@ -8,7 +8,8 @@ its md5 checked. The store driver alone does the same two in a child process eac
 --hash, Store.get with the consumer hashing, which checks the md5). Each records wall seconds
 and peak RSS: of the uWSGI worker that served it (VmHWM, restarted from the RSS before each
 run through /proc/PID/clear_refs, and the RSS sampled every 50 ms, which alone gives the peak
-where that write is refused), or of the child.
+where that write is refused), or of the child. The children's RSS is also sampled from outside
+every SAMPLE seconds while they transfer: the RSS over time that the charts draw.
 
     python -m benchmarks.huge          # boots its own cluster, MariaDB and two glance-api
     HUGE_SIZE_GIB=2 python -m benchmarks.huge
@@ -17,6 +18,7 @@ Prints the samples and a table of them, as JSON. `huge_rows` runs the same on a 
 servers of the caller's (bench.py's).
 """
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -47,6 +49,7 @@ BLOCK = 64 * MiB
 DRIVERS = ("native", "stock")
 # A child moving 10 GiB with the stock driver on a loaded 2-core machine takes minutes.
 CHILD_TIMEOUT = 3600
+SAMPLE = 0.1  # seconds between two readings of a child's RSS
 
 
 def log(message):
@@ -70,6 +73,19 @@ def write_data(path, size, seed=0):
             md5.update(piece)
             out.write(piece)
     return md5.hexdigest()
+
+
+def data_file(root, size):
+    """The data file of `size` bytes in `root` (write_data's), written once and kept for the
+    next caller: its path and md5."""
+    path = pathlib.Path(root) / f"huge-{size >> 20}MiB.raw"
+    md5_path = path.with_suffix(".md5")
+    if not (path.exists() and path.stat().st_size == size and md5_path.exists()):
+        if shutil.disk_usage(root).free < size + GiB:
+            raise RuntimeError(f"{root}: not enough room for {size >> 20} MiB of data")
+        log(f"writing {size >> 20} MiB of data to {path}")
+        md5_path.write_text(write_data(path, size))
+    return path, md5_path.read_text()
 
 
 # -- the uWSGI workers' memory ---------------------------------------------------------------
@@ -153,23 +169,47 @@ def api_download(api, image_id, size, md5):
     return {"seconds": seconds, **memory}
 
 
-def child(module, *args, env=None, timeout=CHILD_TIMEOUT):
+def child(module, *args, env=None, timeout=CHILD_TIMEOUT, series=False):
     """Runs `python -m module args` from the checkout (without the switch in its environment,
-    unless `env` says otherwise); the JSON object of its last line."""
+    unless `env` says otherwise); the JSON object of its last line.
+
+    series: also its RSS over its transfer, read every SAMPLE seconds from outside, as
+    result["rss_series"]: [[seconds since the transfer started, RSS over the child's baseline
+    in MiB], ...] (the child reports when it started, "started_unix", and its baseline).
+    """
     cmd = [sys.executable, "-m", module, *map(str, args)]
     if env is None:
         env = {k: v for k, v in os.environ.items() if k != "GLANCE_RBD_NATIVE"}
-    out = subprocess.run(
-        cmd, cwd=CHECKOUT, capture_output=True, text=True, env=env, timeout=timeout
-    )
-    if out.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=CHECKOUT, stdout=out, stderr=err, text=True, env=env)
+        samples, deadline = [], time.monotonic() + timeout
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"{' '.join(cmd)}: not done within {timeout} s")
+            if series:
+                with contextlib.suppress(OSError, AttributeError):
+                    samples.append((time.time(), memory.status_mib(proc.pid, "VmRSS")))
+            time.sleep(SAMPLE if series else 0.05)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{err.read()[-3000:]}")
+        result = json.loads(out.read().strip().splitlines()[-1])
+    if series:
+        start, end = result["started_unix"], result["started_unix"] + result["seconds"]
+        result["rss_series"] = [
+            [round(at - start, 2), round(rss - result["baseline_rss_mib"], 1)]
+            for at, rss in samples
+            if start <= at <= end
+        ]
+    return result
 
 
-def direct(cluster, images, driver, path, md5):
+def direct(cluster, images, driver, path, md5, series=False):
     """Store.add with size 0, then Store.get of what it stored, each in a child; removes the
-    images. The two runs' figures."""
+    images. The two runs' figures (with their RSS over time: `series`)."""
     common = (
         "--conf",
         cluster.conf_path,
@@ -180,12 +220,14 @@ def direct(cluster, images, driver, path, md5):
         "--expect-md5",
         md5,
     )
-    upload = child("benchmarks.upload", *common, "--file", path, "--unknown-size")
+    upload = child("benchmarks.upload", *common, "--file", path, "--unknown-size", series=series)
     try:
         if not upload["ok"]:
             raise RuntimeError(f"{driver} Store.add went wrong: {upload['errors']}")
         # The first image is the upload, the last the child's warm-up.
-        read = child("benchmarks.download", *common, "--image", upload["images"][0], "--hash")
+        read = child(
+            "benchmarks.download", *common, "--image", upload["images"][0], "--hash", series=series
+        )
         if not read["ok"]:
             raise RuntimeError(f"{driver} Store.get went wrong: {read}")
     finally:
@@ -204,14 +246,7 @@ def huge_rows(cluster, servers, root, size=SIZE):
     that served a run is the one reported). root: a directory for the data file, which needs
     `size` bytes free and is kept for the next call.
     """
-    path = pathlib.Path(root) / f"huge-{size >> 20}MiB.raw"
-    md5_path = path.with_suffix(".md5")
-    if not (path.exists() and path.stat().st_size == size and md5_path.exists()):
-        if shutil.disk_usage(root).free < size + GiB:
-            raise RuntimeError(f"{root}: not enough room for {size >> 20} MiB of data")
-        log(f"writing {size >> 20} MiB of data to {path}")
-        md5_path.write_text(write_data(path, size))
-    md5 = md5_path.read_text()
+    path, md5 = data_file(root, size)
     samples = {"size": size}
     images = Images(cluster)
     try:
@@ -227,7 +262,7 @@ def huge_rows(cluster, servers, root, size=SIZE):
         for driver in DRIVERS:
             log(f"{driver}: Store.add with size 0, then Store.get")
             samples[f"direct upload {driver}"], samples[f"direct read {driver}"] = direct(
-                cluster, images, driver, path, md5
+                cluster, images, driver, path, md5, series=True
             )
     finally:
         images.close()

@@ -135,7 +135,7 @@ def main():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     if probe:
         probe.start()
-    started = time.perf_counter()
+    started_unix, started = time.time(), time.perf_counter()
     threads = [threading.Thread(target=upload, args=(i,)) for i in range(args.threads)]
     for thread in threads:
         thread.start()
@@ -154,6 +154,8 @@ def main():
             {
                 "driver": args.driver,
                 "seconds": seconds,
+                # When the transfer started, for the RSS its parent samples (benchmarks/huge.py).
+                "started_unix": started_unix,
                 "bytes": size * args.threads,
                 "cpu_seconds": (after.ru_utime - usage.ru_utime)
                 + (after.ru_stime - usage.ru_stime),

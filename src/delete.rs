@@ -29,7 +29,7 @@ pub(crate) fn delete_image(
     refuse_clones_first: bool,
     trash_with_snapshots: bool,
 ) -> PyResult<(String, bool)> {
-    logbridge::flush();
+    logbridge::operation_starts();
     let connect = ConnectOptions::new(conffile, user, connect_timeout);
     let rules = Rules {
         refuse_clones_first,

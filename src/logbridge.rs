@@ -5,11 +5,16 @@
 //! thread that takes one can hang the hub or crash the process. Their records wait in a bounded
 //! queue instead, and the next record, or the next call into the module, from a Python thread
 //! emits them first, in order.
+//!
+//! Whether a level is on is answered from pyo3-log's cache of Python's levels, which a thread
+//! of ours can read without Python. Each operation (an upload, a read, a delete) starts by
+//! clearing it, so that a level changed at run time (oslo.log's mutable `debug`, reloaded on
+//! SIGHUP) holds from the next operation on.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use log::{Level, Log, Metadata, Record};
 use pyo3::prelude::*;
@@ -28,14 +33,27 @@ struct Queued {
 
 static QUEUED: Mutex<VecDeque<Queued>> = Mutex::new(VecDeque::new());
 static DROPPED: AtomicUsize = AtomicUsize::new(0);
+/// Clears the bridge's cache of Python's loggers and levels.
+static LEVELS: OnceLock<pyo3_log::ResetHandle> = OnceLock::new();
 
 /// Installs the bridge as the `log` crate's logger, once per process.
 pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
     let python = pyo3_log::Logger::new(py, pyo3_log::Caching::LoggersAndLevels)?;
+    let levels = python.reset_handle();
     if log::set_boxed_logger(Box::new(Bridge { python })).is_ok() {
         log::set_max_level(log::LevelFilter::Debug);
+        let _ = LEVELS.set(levels);
     }
     Ok(())
+}
+
+/// At the start of an operation, from its Python thread: Python's levels are looked up afresh
+/// from now on, and what background threads queued is emitted.
+pub(crate) fn operation_starts() {
+    if let Some(levels) = LEVELS.get() {
+        levels.reset();
+    }
+    flush();
 }
 
 /// Emits what background threads queued; a no-op on a background thread.

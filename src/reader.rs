@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyType};
 
 use crate::exceptions::{OrRaise, to_python};
-use crate::{detach, process};
+use crate::{detach, logbridge, process};
 use glance_rbd_core::error::Error;
 use glance_rbd_core::rbd::cluster::{Cluster, ConnectOptions};
 use glance_rbd_core::rbd::pool::RbdPool;
@@ -108,6 +108,7 @@ impl RbdReader {
         chunk_size: usize,
         max_in_flight: Option<usize>,
     ) -> PyResult<Self> {
+        logbridge::operation_starts();
         check_arguments(&image, max_in_flight).or_raise()?;
         let connect = ConnectOptions::new(conffile, user, connect_timeout);
         let options = DownloadOptions {

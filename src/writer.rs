@@ -55,7 +55,7 @@ impl RbdWriter {
         max_in_flight: Option<usize>,
         digests: Vec<String>,
     ) -> PyResult<Self> {
-        logbridge::flush();
+        logbridge::operation_starts();
         check_arguments(&image, max_in_flight).or_raise()?;
         let connect = ConnectOptions::new(conffile, user, connect_timeout);
         let options = UploadOptions {

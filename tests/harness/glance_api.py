@@ -64,6 +64,8 @@ class GlanceApi:
         (the host's network and hostname, its own pids and /proc).
     image_size_cap: glance's `image_size_cap` (bytes): a larger upload fails with 413 in the
         middle, from glance's reader inside the store's loop.
+    environment: more variables for the server's environment (CEPH_ARGS: benchmarks/bench.py's
+        latency model).
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class GlanceApi:
         pid_namespace=False,
         image_size_cap: int | None = None,
         thin_provisioning=False,
+        environment: dict[str, str] | None = None,
     ):
         if server not in ("uwsgi", "eventlet"):
             raise ValueError(f"unknown server {server!r}")
@@ -113,6 +116,7 @@ class GlanceApi:
         self.pid_namespace = pid_namespace
         self.image_size_cap = image_size_cap
         self.thin_provisioning = thin_provisioning
+        self.environment = dict(environment or {})
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.root / "glance-api.log"
@@ -138,6 +142,7 @@ class GlanceApi:
             for k, v in os.environ.items()
             if k not in ("GLANCE_RBD_NATIVE", "PYTHONPATH", "VIRTUAL_ENV")
         }
+        env.update(self.environment)
         if self.server == "uwsgi":
             cmd = [self.bin_dir / "uwsgi", "--ini", self._write_uwsgi_ini()]
         else:

@@ -19,7 +19,7 @@ use crate::error::{Error, Op, Result};
 use crate::rbd::cluster::{Cluster, IoCtx};
 use crate::rbd::image::{self, Image};
 use crate::rbd::omap::{self, Entry};
-use crate::transfer::mark::{json_string, unix_now, writer};
+use crate::transfer::mark::{identity, json_string, unix_now};
 
 /// The index object of deletions in progress, one per pool. Its format is read by
 /// python/glance_rbd_native/leftovers.
@@ -90,6 +90,7 @@ pub fn delete(
         name: name.to_owned(),
         id: id.clone(),
         mark,
+        deleted: std::time::Instant::now(),
     });
     Ok(Deleted::Purging { id })
 }
@@ -128,15 +129,8 @@ fn remove_snapshot(image: &Image, snap: &str, rules: Rules) -> Result<()> {
 /// it could not be (the delete goes on: without a mark, a process killed before the data is
 /// gone leaves an entry that `sweep` does not know as its own, as stock leaves one).
 fn mark(ioctx: &IoCtx, name: &str, id: &str) -> Option<String> {
-    let mut value = String::from("{");
-    for (key, field) in writer() {
-        let _ = write!(value, "\"{key}\":{field},");
-    }
     let cluster = ioctx.cluster();
-    let _ = write!(value, "\"client\":{},", cluster.instance_id());
-    if let Some(addr) = cluster.address() {
-        let _ = write!(value, "\"addr\":{},", json_string(&addr));
-    }
+    let mut value = identity(cluster.instance_id(), cluster.address().as_deref());
     let _ = write!(
         value,
         "\"image\":{},\"image_id\":{},\"started\":{:.3}}}",

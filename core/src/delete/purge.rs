@@ -27,18 +27,25 @@ pub(crate) struct Job {
     pub(crate) id: String,
     /// The deletion's mark, as written; None if it could not be.
     pub(crate) mark: Option<String>,
+    /// When the image moved to the trash.
+    pub(crate) deleted: Instant,
 }
 
 /// The queue of this process, by pid: a child of `fork()` inherits the sender but not the
 /// threads, so it starts its own.
 static QUEUE: Mutex<Option<(u32, Sender<Job>)>> = Mutex::new(None);
 
-/// The users (cephx entities) the manager refused a task: their caps do not allow it, and it
-/// is not asked again for them.
+/// The users (cephx entities, by cluster: `user_key`) the manager refused a task: their caps do
+/// not allow it, and it is not asked again for them.
 static MANAGER_REFUSED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// The users the manager last left unanswered, and when: not asked again for `SILENT_FOR`,
+/// so that a cluster without an active manager does not cost every purge `MANAGER_WAIT` and a
+/// connection.
+static MANAGER_SILENT: Mutex<Vec<(String, Instant)>> = Mutex::new(Vec::new());
 /// How long the manager may take to answer before this process removes the data itself: the
 /// bound of the connect and of the command.
 const MANAGER_WAIT: Duration = Duration::from_secs(10);
+const SILENT_FOR: Duration = Duration::from_secs(60);
 
 pub(crate) fn queue(job: Job) {
     let pid = std::process::id();
@@ -71,7 +78,6 @@ fn run(queue: &Mutex<Receiver<Job>>) {
 }
 
 fn purge(job: &Job) {
-    let started = Instant::now();
     let target = job.ioctx.target(&job.name);
     let by = if by_manager(job) {
         wait_until_gone(job);
@@ -86,7 +92,7 @@ fn purge(job: &Job) {
     log::info!(
         "the data of deleted {target} (trash id {}) is removed, by {by}, {:.1} s after its delete",
         job.id,
-        started.elapsed().as_secs_f64()
+        job.deleted.elapsed().as_secs_f64()
     );
 }
 
@@ -95,9 +101,16 @@ fn purge(job: &Job) {
 fn by_manager(job: &Job) -> bool {
     let cluster = job.ioctx.cluster();
     let entity = cluster.entity();
-    if sync::lock(&MANAGER_REFUSED).iter().any(|e| e == entity) {
+    let user = format!("{}/{entity}", cluster.fsid());
+    if sync::lock(&MANAGER_REFUSED).contains(&user) {
         return false;
     }
+    let mut silent = sync::lock(&MANAGER_SILENT);
+    silent.retain(|(_, since)| since.elapsed() < SILENT_FOR);
+    if silent.iter().any(|(u, _)| *u == user) {
+        return false;
+    }
+    drop(silent);
     let spec = format!("{}/{}", job.ioctx.pool(), job.id);
     let command = format!(
         r#"{{"prefix":"rbd task add trash remove","image_id_spec":{},"format":"json"}}"#,
@@ -107,8 +120,8 @@ fn by_manager(job: &Job) -> bool {
         Ok(_) => true,
         Err((errno, status)) if errno == -libc::EACCES || errno == -libc::EPERM => {
             let mut refused = sync::lock(&MANAGER_REFUSED);
-            if !refused.iter().any(|e| e == entity) {
-                refused.push(entity.to_owned());
+            if !refused.contains(&user) {
+                refused.push(user);
                 log::info!(
                     "the Ceph manager refused `rbd task add trash remove` to {entity} \
                      ({status}): this process removes the data of deleted images itself (the \
@@ -119,23 +132,36 @@ fn by_manager(job: &Job) -> bool {
             false
         }
         Err((errno, status)) => {
+            sync::lock(&MANAGER_SILENT).push((user, Instant::now()));
             log::info!(
                 "the Ceph manager did not take the removal of trash entry {} from {entity} \
-                 (errno {}{}{status}): this process removes its data itself",
+                 (errno {}{}{status}): this process removes its data itself, and the manager is \
+                 not asked again for {} s",
                 job.id,
                 -errno,
                 if status.is_empty() { "" } else { ": " },
+                SILENT_FOR.as_secs()
             );
             false
         }
     }
 }
 
-/// Waits for the manager to have removed the entry.
+/// Waits for the manager to have removed the entry: until librbd answers that there is none
+/// (ENOENT). No answer (a timeout, a fenced client) is no proof, and the mark stays until one.
 fn wait_until_gone(job: &Job) {
     let Ok(id) = cstring(&job.id) else { return };
     let mut delay = FIRST_RETRY;
-    while image::trash_name(&job.ioctx, &id).is_some() {
+    loop {
+        match image::trash_get(&job.ioctx, &id) {
+            Ok(None) => return,
+            Ok(Some(_)) => {}
+            Err(errno) => log::debug!(
+                "the trash entry {} could not be read (errno {errno}); asking again in {} s",
+                job.id,
+                delay.as_secs()
+            ),
+        }
         std::thread::sleep(delay);
         delay = (delay * 2).min(LAST_RETRY);
     }

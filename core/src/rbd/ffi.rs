@@ -11,6 +11,13 @@ pub(crate) use ceph::rados::rados_ioctx_t;
 pub(crate) type RbdImage = *mut c_void;
 pub(crate) type RbdCompletion = *mut c_void;
 pub(crate) type RbdCallback = unsafe extern "C" fn(completion: RbdCompletion, arg: *mut c_void);
+/// `rbd_open` and `rbd_open_read_only`.
+pub(crate) type RbdOpen = unsafe extern "C" fn(
+    io: rados_ioctx_t,
+    name: *const c_char,
+    image: *mut RbdImage,
+    snap_name: *const c_char,
+) -> c_int;
 
 #[link(name = "rbd")]
 unsafe extern "C" {

@@ -110,15 +110,24 @@ pub fn id_of(ioctx: &IoCtx, name: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&buf[4..4 + length]).into_owned())
 }
 
-/// The name of trash entry `id`, None if there is none.
+/// The name of trash entry `id`, None if there is none or it could not be read.
 pub(crate) fn trash_name(ioctx: &IoCtx, id: &CString) -> Option<String> {
+    trash_get(ioctx, id).ok().flatten()
+}
+
+/// The name of trash entry `id`: None only if librbd answered that there is none (ENOENT);
+/// any other answer (a timeout, a fenced client) is the errno, not a proof of absence.
+pub(crate) fn trash_get(ioctx: &IoCtx, id: &CString) -> std::result::Result<Option<String>, i32> {
     // SAFETY: all-zero is a valid empty info (null pointers, zero times).
     let mut info: ffi::RbdTrashImageInfo = unsafe { std::mem::zeroed() };
     // SAFETY: the ioctx is live; id is NUL-terminated; info is filled by librbd and cleaned up
     // below.
     let ret = unsafe { ffi::rbd_trash_get(ioctx.handle(), id.as_ptr(), &mut info) };
+    if ret == -libc::ENOENT {
+        return Ok(None);
+    }
     if ret < 0 {
-        return None;
+        return Err(-ret);
     }
     // SAFETY: on success librbd set name to a NUL-terminated string it owns until the cleanup.
     let name = unsafe { std::ffi::CStr::from_ptr(info.name) }
@@ -126,7 +135,7 @@ pub(crate) fn trash_name(ioctx: &IoCtx, id: &CString) -> Option<String> {
         .into_owned();
     // SAFETY: info was filled by rbd_trash_get, and is cleaned up once.
     unsafe { ffi::rbd_trash_get_cleanup(&mut info) };
-    Some(name)
+    Ok(Some(name))
 }
 
 /// Puts back under `name` the trash entries of that name other than `id`: moved to the trash
@@ -229,36 +238,34 @@ impl Image {
     /// load: 4 runs of 200 cycles out of 4 with Python's rbd module too, none of 6 with this
     /// open). This open also watches the header, so the image cannot be removed while read.
     pub(crate) fn open(ioctx: Arc<IoCtx>, name: &str, snapshot: Option<&str>) -> Result<Image> {
-        let name_c = cstring(name)?;
-        let snap_c = snapshot.map(cstring).transpose()?;
-        let mut handle: ffi::RbdImage = ptr::null_mut();
-        // SAFETY: the ioctx is live; the names are NUL-terminated and outlive the call; a null
-        // snapshot name opens the head.
-        let ret = unsafe {
-            ffi::rbd_open(
-                ioctx.handle(),
-                name_c.as_ptr(),
-                &mut handle,
-                snap_c.as_ref().map_or(ptr::null(), |s| s.as_ptr()),
-            )
-        };
-        let target = ioctx.target(name);
-        check(ret.into(), Op::Open, &target)?;
-        Ok(Image {
-            handle,
-            target,
-            _ioctx: ioctx,
-        })
+        Self::opened_by(ffi::rbd_open, ioctx, name, snapshot)
     }
 
     /// Opens `name` at its head without watching it: to look at it (snapshots, watchers)
     /// without being one of its watchers. Not for reading data (see `open`).
     pub(crate) fn inspect(ioctx: Arc<IoCtx>, name: &str) -> Result<Image> {
+        Self::opened_by(ffi::rbd_open_read_only, ioctx, name, None)
+    }
+
+    /// Opens `name` at `snapshot` (or its head) with librbd's `open` call.
+    fn opened_by(
+        open: ffi::RbdOpen,
+        ioctx: Arc<IoCtx>,
+        name: &str,
+        snapshot: Option<&str>,
+    ) -> Result<Image> {
         let name_c = cstring(name)?;
+        let snap_c = snapshot.map(cstring).transpose()?;
         let mut handle: ffi::RbdImage = ptr::null_mut();
-        // SAFETY: the ioctx is live; the name is NUL-terminated and outlives the call.
+        // SAFETY: `open` is one of librbd's opens; the ioctx is live; the names are
+        // NUL-terminated and outlive the call; a null snapshot name opens the head.
         let ret = unsafe {
-            ffi::rbd_open_read_only(ioctx.handle(), name_c.as_ptr(), &mut handle, ptr::null())
+            open(
+                ioctx.handle(),
+                name_c.as_ptr(),
+                &mut handle,
+                snap_c.as_ref().map_or(ptr::null(), |s| s.as_ptr()),
+            )
         };
         let target = ioctx.target(name);
         check(ret.into(), Op::Open, &target)?;

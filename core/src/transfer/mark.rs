@@ -42,17 +42,8 @@ impl Mark {
     /// Marks `image` (open, of id `image_id`, and `size` bytes or 0 when unknown) as written by
     /// this process.
     pub(crate) fn set(pool: Arc<dyn Pool>, image: &str, image_id: &str, size: u64) -> Mark {
-        let mut fixed = String::from("{");
-        for (key, value) in writer() {
-            let _ = write!(fixed, "\"{key}\":{value},");
-        }
-        // The client's global id names its watch on the image; its address is what fencing
-        // blocklists.
         let (client, address) = pool.client();
-        let _ = write!(fixed, "\"client\":{client},");
-        if let Some(addr) = address {
-            let _ = write!(fixed, "\"addr\":{},", json_string(&addr));
-        }
+        let mut fixed = identity(client, address.as_deref());
         let _ = write!(fixed, "\"image_id\":{},", json_string(image_id));
         let _ = write!(fixed, "\"started\":{:.3},\"size\":{size}", unix_now());
         let mut mark = Mark {
@@ -171,6 +162,21 @@ impl Mark {
 
 fn is_taken(err: &Error) -> bool {
     err.errno() == Some(libc::ECANCELED)
+}
+
+/// The opening of a mark's JSON object: who writes (`writer`), with which librados client (its
+/// global id names its watch on an image; its address is what fencing blocklists). Ends with a
+/// comma: the mark's own fields follow.
+pub(crate) fn identity(client: u64, address: Option<&str>) -> String {
+    let mut json = String::from("{");
+    for (key, value) in writer() {
+        let _ = write!(json, "\"{key}\":{value},");
+    }
+    let _ = write!(json, "\"client\":{client},");
+    if let Some(addr) = address {
+        let _ = write!(json, "\"addr\":{},", json_string(addr));
+    }
+    json
 }
 
 /// Who writes, as JSON fields: host name, boot id, pid and the process's start time in clock
