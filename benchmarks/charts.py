@@ -66,7 +66,7 @@ PANELS = {"upload": "upload", "read": "read (download)", "delete": "delete"}
 # Words that name an image size, which the sample itself gives.
 SIZE_WORDS = {"big"}
 # bench.py's groups of rows when BENCH_ONLY is not set.
-ALL_GROUPS = ["transfers", "scale"]
+ALL_GROUPS = ["transfers", "scale", "huge", "deletes"]
 MARKERS = "osD^v<>p*"
 LINES = ("-", "--", "-.", ":")
 

@@ -13,7 +13,7 @@ GiB = 1 << 30
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def results(*, delete=False, rss=False, groups=("transfers", "scale")):
+def results(*, delete=False, rss=False, groups=tuple(charts.ALL_GROUPS)):
     """A run's results as bench.py writes them: rounds of one-image samples at the run's size,
     a group measured once at 4 GiB, and samples the time chart leaves out."""
     samples = {
