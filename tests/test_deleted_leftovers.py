@@ -61,9 +61,10 @@ def killed_mid_delete(cluster, images):
     return name, child.stdout.strip()
 
 
-def mark_as_by_a_dead_process(images, name, image_id):
+def mark_as_by_a_dead_process(images, name, image_id, snapshot=None):
     """A deletion mark for trash entry `image_id`, as the native delete writes one, of a process
-    of this host that is gone (its start time is no process's)."""
+    of this host that is gone (its start time is no process's); naming the `snapshot` that moved
+    to the trash with the image, if given."""
     with open("/proc/sys/kernel/random/boot_id") as boot:
         boot_id = boot.read().strip()
     mark = {
@@ -76,15 +77,24 @@ def mark_as_by_a_dead_process(images, name, image_id):
         "image_id": image_id,
         "started": time.time() - 60,
     }
+    if snapshot is not None:
+        mark["snapshot"] = snapshot
     with rados.WriteOpCtx() as op:
         images.ioctx.set_omap(op, (image_id,), (json.dumps(mark).encode(),))
         images.ioctx.operate_write_op(op, DELETES)
+
+
+def snapshots_in_trash(images, image_id):
+    with rbd.Image(images.ioctx, image_id=image_id) as image:
+        return [snap["name"] for snap in image.list_snaps()]
 
 
 def test_a_killed_delete_is_listed_then_purged_and_nothing_else(cluster, clean_pool, conf_file):
     name, trash_id = killed_mid_delete(cluster, clean_pool)
     assert name not in clean_pool.names()
     assert trash_names(clean_pool).get(name) == trash_id, "the data was all gone before the kill"
+    # glance's snapshot moved with the image, unprotected, for the purge to remove first.
+    assert snapshots_in_trash(clean_pool, trash_id) in ([SNAP], [])
     # Another tool's trash entry, without a mark; and one marked, whose deferment has not ended.
     other = clean_pool.store(new_name("other-tool"), data_of(MiB))
     clean_pool.remove_snapshots(other)
@@ -117,6 +127,39 @@ def test_a_killed_delete_is_listed_then_purged_and_nothing_else(cluster, clean_p
         with rados.WriteOpCtx() as op:
             clean_pool.ioctx.remove_omap_keys(op, (deferred_id,))
             clean_pool.ioctx.operate_write_op(op, DELETES)
+
+
+def test_the_sweep_removes_glances_snapshot_first_and_no_other(clean_pool, conf_file):
+    """An entry whose deleter died before its purge removed glance's snapshot: the sweep removes
+    that snapshot, then the data. One with another snapshot as well is kept, with both."""
+    entries = {}
+    for label, extra in (("only-glances", None), ("with-another", "user-snap")):
+        name = clean_pool.store(new_name(label), data_of(MiB))
+        with rbd.Image(clean_pool.ioctx, name) as image:
+            image.unprotect_snap(SNAP)
+            if extra:
+                image.create_snap(extra)
+        rbd.RBD().trash_move(clean_pool.ioctx, name, 0)
+        entries[label] = (name, trash_names(clean_pool)[name])
+        mark_as_by_a_dead_process(clean_pool, name, entries[label][1], snapshot=SNAP)
+    try:
+        swept = listed(conf_file, "sweep", "--remove")
+        only, other = entries["only-glances"], entries["with-another"]
+        assert swept[only[0]]["outcome"] == "purged"
+        assert "snapshots other than" in swept[other[0]]["outcome"]
+        left = trash_names(clean_pool)
+        assert only[0] not in left and other[0] in left
+        assert sorted(snapshots_in_trash(clean_pool, other[1])) == [SNAP, "user-snap"]
+    finally:
+        for name, trash_id in entries.values():
+            if name in trash_names(clean_pool):
+                with rbd.Image(clean_pool.ioctx, image_id=trash_id) as image:
+                    for snap in list(image.list_snaps()):
+                        image.remove_snap(snap["name"])
+                rbd.RBD().trash_remove(clean_pool.ioctx, trash_id, force=True)
+            with rados.WriteOpCtx() as op:
+                clean_pool.ioctx.remove_omap_keys(op, (trash_id,))
+                clean_pool.ioctx.operate_write_op(op, DELETES)
 
 
 def test_a_deleter_that_runs_is_left_alone(cluster, clean_pool, conf_file):

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::rbd::cluster::{IoCtx, cstring};
-use crate::rbd::image;
+use crate::rbd::image::{self, Image};
 use crate::sync;
 use crate::transfer::background;
 
@@ -25,6 +25,8 @@ pub(crate) struct Job {
     pub(crate) ioctx: Arc<IoCtx>,
     pub(crate) name: String,
     pub(crate) id: String,
+    /// glance's snapshot, unprotected, moved to the trash with the image: removed first.
+    pub(crate) snapshot: Option<String>,
     /// The deletion's mark, as written; None if it could not be.
     pub(crate) mark: Option<String>,
     /// When the image moved to the trash.
@@ -79,6 +81,9 @@ fn run(queue: &Mutex<Receiver<Job>>) {
 
 fn purge(job: &Job) {
     let target = job.ioctx.target(&job.name);
+    if let Some(snap) = &job.snapshot {
+        remove_snapshot(job, snap);
+    }
     let by = if by_manager(job) {
         wait_until_gone(job);
         "the Ceph manager"
@@ -164,6 +169,25 @@ fn wait_until_gone(job: &Job) {
         }
         std::thread::sleep(delay);
         delay = (delay * 2).min(LAST_RETRY);
+    }
+}
+
+/// Removes glance's snapshot of the image in the trash (its data cannot go with snapshots left),
+/// retrying until it is gone or the image is.
+fn remove_snapshot(job: &Job, snap: &str) {
+    let mut delay = FIRST_RETRY;
+    loop {
+        let removed = Image::open_by_id(Arc::clone(&job.ioctx), &job.id, &job.name)
+            .and_then(|image| super::remove_snapshot(&image, snap));
+        match removed {
+            Ok(()) => return,
+            Err(err) if err.errno() == Some(libc::ENOENT) => return,
+            Err(err) => {
+                log::debug!("{err}; retrying in {} s", delay.as_secs());
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(LAST_RETRY);
+            }
+        }
     }
 }
 

@@ -37,7 +37,8 @@ REQUIRED = {
     "image": str,
     "image_id": str,
 }
-OPTIONAL = {"pid_ns": int, "cgroup": str, "client": int, "addr": str}
+# "snapshot": glance's snapshot, moved to the trash with the image, that the purge removes first.
+OPTIONAL = {"pid_ns": int, "cgroup": str, "client": int, "addr": str, "snapshot": str}
 
 
 class _DeletionDict(TypedDict):
@@ -150,7 +151,16 @@ def purge(ioctx: "rados.Ioctx", deletion: Deletion) -> str:
         return "already gone"
     if entry.get("name") != deletion.entry.get("name"):
         return "kept: its trash entry changed since it was read"
+    # glance's snapshot, if the delete left it to its purge: that one only, and only if no
+    # other snapshot was made since (it would keep the data).
+    ours = deletion.mark.get("snapshot")
     try:
+        with rbd.Image(ioctx, image_id=deletion.image_id) as image:
+            snapshots = {snap["name"] for snap in image.list_snaps()}
+            if snapshots - {ours}:
+                return "kept: it has snapshots other than the one glance's delete left"
+            if ours in snapshots:
+                image.remove_snap(str(ours))
         rbd.RBD().trash_remove(ioctx, deletion.image_id)
     except rbd.ImageNotFound:
         pass
