@@ -1,10 +1,11 @@
 //! Records from the `log` macros to Python's `logging`, only ever from threads Python started.
 //!
 //! Threads the native layer starts itself (`transfer::background`: the janitor, the digest
-//! workers) never call into Python. Under eventlet the locks of `logging` are green: a native
-//! thread that takes one can hang the hub or crash the process. Their records wait in a bounded
-//! queue instead, and the next record, or the next call into the module, from a Python thread
-//! emits them first, in order.
+//! workers, a delete's purge) never call into Python. Under eventlet the locks of `logging` are
+//! green: a native thread that takes one can hang the hub or crash the process. Their records
+//! wait in a bounded queue instead, and the next record, or the next call into the module, from
+//! a Python thread emits them first, in order, as records of no request (that thread serves
+//! another).
 //!
 //! Whether a level is on is answered from pyo3-log's cache of Python's levels, which a thread
 //! of ours can read without Python. Each operation (an upload, a read, a delete) starts by
@@ -18,6 +19,7 @@ use std::sync::{Mutex, OnceLock};
 
 use log::{Level, Log, Metadata, Record};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 
 use glance_rbd_core::sync;
 use glance_rbd_core::transfer::background::is_background_thread;
@@ -81,29 +83,74 @@ struct Bridge {
 }
 
 impl Bridge {
+    /// Emits what background threads queued, from this Python thread. They are not records of
+    /// what this thread serves: `context=None` on each keeps oslo.log from stamping them with its
+    /// request's id (glance's format would show another request's id on a purge's line).
     fn emit_queued(&self) {
         let queued = std::mem::take(&mut *sync::lock(&QUEUED));
         let dropped = DROPPED.swap(0, Ordering::Relaxed);
-        if dropped > 0 {
-            self.python.log(
-                &Record::builder()
-                    .level(Level::Warn)
-                    .target(module_path!())
-                    .args(format_args!(
-                        "{dropped} log records of background threads were dropped"
-                    ))
-                    .build(),
-            );
+        if queued.is_empty() && dropped == 0 {
+            return;
         }
-        for record in queued {
-            self.python.log(
-                &Record::builder()
-                    .level(record.level)
-                    .target(&record.target)
-                    .args(format_args!("{}", record.message))
-                    .build(),
-            );
+        let dropped = (dropped > 0).then(|| Queued {
+            level: Level::Warn,
+            target: python_target(module_path!()).into_owned(),
+            message: format!("{dropped} log records of background threads were dropped"),
+        });
+        Python::attach(|py| {
+            // An exception already set stays the one the caller sees.
+            let pending = PyErr::take(py);
+            if let Err(err) = emit_without_context(py, dropped.iter().chain(&queued)) {
+                err.write_unraisable(py, None);
+            }
+            if let Some(pending) = pending {
+                pending.restore(py);
+            }
+        });
+    }
+}
+
+fn emit_without_context<'a>(
+    py: Python<'_>,
+    records: impl Iterator<Item = &'a Queued>,
+) -> PyResult<()> {
+    let get_logger = py.import("logging")?.getattr("getLogger")?;
+    let extra = PyDict::new(py);
+    extra.set_item("context", py.None())?;
+    for record in records {
+        let name = record.target.replace("::", ".");
+        let level = python_level(record.level);
+        let logger = get_logger.call1((&name,))?;
+        if !logger.call_method1("isEnabledFor", (level,))?.is_truthy()? {
+            continue;
         }
+        let made = logger.call_method1(
+            "makeRecord",
+            (
+                name,
+                level,
+                "(native background thread)",
+                0,
+                &record.message,
+                PyTuple::empty(py),
+                py.None(),
+                py.None(),
+                &extra,
+            ),
+        )?;
+        logger.call_method1("handle", (made,))?;
+    }
+    Ok(())
+}
+
+/// Python's number for a level, as pyo3-log maps them.
+fn python_level(level: Level) -> u32 {
+    match level {
+        Level::Error => 40,
+        Level::Warn => 30,
+        Level::Info => 20,
+        Level::Debug => 10,
+        Level::Trace => 5,
     }
 }
 
