@@ -68,5 +68,5 @@ def test_a_purge_line_carries_no_other_requests_id(images, cluster, native):
 
         line = wait_for(purged, timeout=30, what="the purge's record")
     assert "req-the-delete" in deleted  # the request's own line keeps its id
-    assert "is removed, by this process" in line
+    assert "is removed, by " in line  # the manager, or this process where there is none
     assert "req-" not in line and " [-] " in line
