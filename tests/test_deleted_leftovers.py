@@ -34,15 +34,20 @@ def listed(conf_file, *args):
     return {d["image"]: d for d in report["deletes"]}
 
 
-def killed_mid_delete(cluster, images):
-    """The name and trash id of an image whose deleter was killed as the delete returned."""
-    # 512 MiB of objects to remove, written sparse: the removal takes many round trips.
-    name = new_name("killed-delete")
+def image_to_delete(images, name):
+    """Image `name` with glance's snapshot, unprotected (its unprotect would wait for the
+    monitors, which some tests pause), and 512 MiB of objects to remove, written sparse: the
+    removal takes many round trips."""
     images.create(name, 512 * MiB)
     for offset in range(0, 512 * MiB, 8 * MiB):
         images.write(name, data_of(4096, seed=offset), offset)
     images.snapshot(name)
-    child = subprocess.run(
+    with rbd.Image(images.ioctx, name) as image:
+        image.unprotect_snap(SNAP)
+
+
+def deleter(cluster, name, *args):
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -51,14 +56,49 @@ def killed_mid_delete(cluster, images):
             cluster.pool,
             name,
             SNAP,
+            *args,
         ],
-        capture_output=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
         cwd=CHECKOUT,
     )
-    assert child.returncode == -9, child.stderr
-    return name, child.stdout.strip()
+
+
+def killed_mid_delete(cluster, images):
+    """The name and trash id of an image whose deleter was killed as the delete returned."""
+    name = new_name("killed-delete")
+    image_to_delete(images, name)
+    child = deleter(cluster, name)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == -9, err
+    return name, out.strip()
+
+
+def killed_mid_purge(cluster, images):
+    """The name and trash id of an image whose deleter was killed in its purge, while removing
+    glance's snapshot: librbd moves it to the trash namespace first, and releases its id with
+    the monitors (paused here) after."""
+    name = new_name("killed-purge")
+    image_to_delete(images, name)
+    child = deleter(cluster, name, "--wait")
+    try:
+        assert child.stdout.readline().strip() == "connected", child.stderr.read()
+        with cluster.paused("mon.a"):
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            trash_id = child.stdout.readline().strip()
+            deadline = time.monotonic() + 30
+            while snapshots_in_trash(images, trash_id) != [("trash", SNAP)]:
+                assert time.monotonic() < deadline, snapshots_in_trash(images, trash_id)
+                time.sleep(0.05)
+            child.kill()
+            child.wait(timeout=30)
+    finally:
+        child.kill()
+        child.communicate(timeout=30)
+    return name, trash_id
 
 
 def mark_as_by_a_dead_process(images, name, image_id, snapshot=None):
@@ -85,16 +125,32 @@ def mark_as_by_a_dead_process(images, name, image_id, snapshot=None):
 
 
 def snapshots_in_trash(images, image_id):
-    with rbd.Image(images.ioctx, image_id=image_id) as image:
-        return [snap["name"] for snap in image.list_snaps()]
+    """The snapshots of trash entry `image_id`: ("user", name), or ("trash", its name before)
+    for one whose removal began (librbd moves it to the trash namespace first)."""
+    with rbd.Image(images.ioctx, image_id=image_id, read_only=True) as image:
+        return [
+            ("trash", snap["trash"]["original_name"])
+            if snap["namespace"] == rbd.RBD_SNAP_NAMESPACE_TYPE_TRASH
+            else ("user", snap["name"])
+            for snap in image.list_snaps()
+        ]
+
+
+def marked(images):
+    """The trash ids the pool's index of deletions holds a mark of."""
+    with rados.ReadOpCtx() as op:
+        values, _ = images.ioctx.get_omap_vals(op, "", "", 10000)
+        images.ioctx.operate_read_op(op, DELETES)
+        return {key for key, _ in values}
 
 
 def test_a_killed_delete_is_listed_then_purged_and_nothing_else(cluster, clean_pool, conf_file):
     name, trash_id = killed_mid_delete(cluster, clean_pool)
     assert name not in clean_pool.names()
     assert trash_names(clean_pool).get(name) == trash_id, "the data was all gone before the kill"
-    # glance's snapshot moved with the image, unprotected, for the purge to remove first.
-    assert snapshots_in_trash(clean_pool, trash_id) in ([SNAP], [])
+    # glance's snapshot moved with the image, for the purge to remove first: its removal waits
+    # for the monitors, longer than the kill took.
+    assert [name for _, name in snapshots_in_trash(clean_pool, trash_id)] == [SNAP]
     # Another tool's trash entry, without a mark; and one marked, whose deferment has not ended.
     other = clean_pool.store(new_name("other-tool"), data_of(MiB))
     clean_pool.remove_snapshots(other)
@@ -146,10 +202,14 @@ def test_the_sweep_removes_glances_snapshot_first_and_no_other(clean_pool, conf_
         swept = listed(conf_file, "sweep", "--remove")
         only, other = entries["only-glances"], entries["with-another"]
         assert swept[only[0]]["outcome"] == "purged"
-        assert "snapshots other than" in swept[other[0]]["outcome"]
+        assert swept[other[0]]["state"] == "kept" and "outcome" not in swept[other[0]]
+        assert "snapshots other than" in swept[other[0]]["reason"]
         left = trash_names(clean_pool)
         assert only[0] not in left and other[0] in left
-        assert sorted(snapshots_in_trash(clean_pool, other[1])) == [SNAP, "user-snap"]
+        assert sorted(snapshots_in_trash(clean_pool, other[1])) == [
+            ("user", SNAP),
+            ("user", "user-snap"),
+        ]
     finally:
         for name, trash_id in entries.values():
             if name in trash_names(clean_pool):
@@ -160,6 +220,67 @@ def test_the_sweep_removes_glances_snapshot_first_and_no_other(clean_pool, conf_
             with rados.WriteOpCtx() as op:
                 clean_pool.ioctx.remove_omap_keys(op, (trash_id,))
                 clean_pool.ioctx.operate_write_op(op, DELETES)
+
+
+def test_a_delete_killed_mid_purge_is_finished_by_the_sweep(cluster, clean_pool, conf_file):
+    """Killed while its purge removed glance's snapshot (moved to the trash namespace, under a
+    name of librbd's): the sweep removes that snapshot and the data, and drops the mark."""
+    name, trash_id = killed_mid_purge(cluster, clean_pool)
+    try:
+        assert trash_id in marked(clean_pool)
+        assert listed(conf_file, "status")[name]["state"] == "gone"
+        done = command.run(conf_file, "sweep", "--remove")
+        assert f"{name} (deleted, trash id {trash_id})  purged" in done.stdout
+        assert trash_id not in trash_names(clean_pool).values()
+        assert trash_id not in marked(clean_pool)
+    finally:
+        if trash_id in trash_names(clean_pool).values():
+            with rbd.Image(clean_pool.ioctx, image_id=trash_id) as image:
+                for snap in list(image.list_snaps()):
+                    image.remove_snap_by_id(snap["id"])
+            rbd.RBD().trash_remove(clean_pool.ioctx, trash_id, force=True)
+        with rados.WriteOpCtx() as op:
+            clean_pool.ioctx.remove_omap_keys(op, (trash_id,))
+            clean_pool.ioctx.operate_write_op(op, DELETES)
+
+
+def test_the_sweep_exits_1_while_an_entry_it_would_purge_is_held(clean_pool, conf_file):
+    """An entry whose deleter is gone, held open by a client: `sweep --remove` keeps it, names
+    it and exits 1, in text and in JSON; once it is let go, the next sweep purges it, exit 0."""
+    name = clean_pool.store(new_name("held"), data_of(MiB))
+    clean_pool.remove_snapshots(name)
+    rbd.RBD().trash_move(clean_pool.ioctx, name, 0)
+    trash_id = trash_names(clean_pool)[name]
+    mark_as_by_a_dead_process(clean_pool, name, trash_id)
+    try:
+        with rbd.Image(clean_pool.ioctx, image_id=trash_id):  # open: a watch on it
+            text = command.run(conf_file, "sweep", "--remove", check=False)
+            assert text.returncode == 1, text.stderr
+            assert f"{name} (deleted, trash id {trash_id})  kept: a client still has it open" in (
+                text.stdout
+            )
+            assert "1 of those to remove are left" in text.stdout
+            as_json = command.run(conf_file, "sweep", "--remove", "--format", "json", check=False)
+            assert as_json.returncode == 1, as_json.stderr
+            report = json.loads(as_json.stdout)[0]
+            assert report["left"] == 1
+            held = {d["image"]: d for d in report["deletes"]}[name]
+            assert held["outcome"].startswith("kept: a client still has it open")
+            # Without --remove nothing is to be removed: it ran, exit 0.
+            assert command.run(conf_file, "sweep", check=False).returncode == 0
+        after = command.run(conf_file, "sweep", "--remove", "--format", "json", check=False)
+        assert after.returncode == 0, after.stdout + after.stderr
+        assert {d["image"]: d for d in json.loads(after.stdout)[0]["deletes"]}[name][
+            "outcome"
+        ] == "purged"
+        assert trash_id not in trash_names(clean_pool).values()
+        assert trash_id not in marked(clean_pool)
+    finally:
+        if trash_id in trash_names(clean_pool).values():
+            rbd.RBD().trash_remove(clean_pool.ioctx, trash_id, force=True)
+        with rados.WriteOpCtx() as op:
+            clean_pool.ioctx.remove_omap_keys(op, (trash_id,))
+            clean_pool.ioctx.operate_write_op(op, DELETES)
 
 
 def test_a_deleter_that_runs_is_left_alone(cluster, clean_pool, conf_file):

@@ -9,8 +9,9 @@ whose data a process that is gone was removing.
 It reads glance-api's configuration as glance-manage does, and looks at every rbd backend of
 ``enabled_backends`` (or the ``[glance_store]`` one), or at ``--backend NAME``. The options go
 before or after the command. ``sweep`` changes nothing without ``--remove``. Exit status: 0 when
-it ran, 1 when a cluster could not be read, 2 for a bad command line or configuration. The rules
-are in ``leftovers``.
+it ran (and ``sweep --remove`` removed all it set out to), 1 when a cluster could not be read or
+``sweep --remove`` left some of what it set out to remove (each named), 2 for a bad command line
+or configuration. The rules are in ``leftovers``.
 """
 
 import argparse
@@ -55,6 +56,8 @@ class Result(_Result, total=False):
     kept: list[leftovers.UploadDict]
     unmarked: list[leftovers.UploadDict]
     stale_marks: int
+    # sweep --remove: how many of those it set out to remove are left (their outcome says why)
+    left: int
     # sweep --include-unmarked: "read", or why not
     database: str
 
@@ -88,7 +91,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         for result in results:
             _print(args, result)
-    return 0
+    return 1 if any(result.get("left") for result in results) else 0
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -408,21 +411,26 @@ def _look(
     stale_deletes = [d for d in deleted if d.state == "stale"]
     result["stale_marks"] = len(stale) + len(stale_deletes)
     if args.remove:
+        outcomes = []
         for listed_delete, deletion in zip(result["deletes"], listed_deletes):
             if deletion.state == "gone":
                 listed_delete["outcome"] = deletes.purge(pool.ioctx, deletion)
+                outcomes.append(listed_delete["outcome"])
         for deletion in stale_deletes:
             deletes.purge(pool.ioctx, deletion)
         for listed, upload in zip(result["gone"], gone):
             listed["outcome"] = leftovers.remove(pool, upload)
+            outcomes.append(listed["outcome"])
         chosen = set(args.images)
         for listed, upload in zip(result["unmarked"], unmarked):
             if args.all_unmarked or upload.image in chosen:
                 listed["outcome"] = leftovers.remove(pool, upload)
+                outcomes.append(listed["outcome"])
             else:
                 listed["outcome"] = "kept: not named on the command line"
         for upload in stale:
             leftovers.remove(pool, upload)
+        result["left"] = sum(leftovers.left(outcome) for outcome in outcomes)
     return result
 
 
@@ -478,6 +486,8 @@ def _print(args: argparse.Namespace, result: Result) -> None:
         print(
             f"{where}: {result['stale_marks']} stale marks of finished or removed images ({done})"
         )
+    if result.get("left"):
+        print(f"{where}: {result['left']} of those to remove are left, each with why above")
 
 
 _DELETE_WORDS = {"deleting": "deleter alive", "gone": "deleter GONE", "kept": "KEPT"}

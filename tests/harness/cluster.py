@@ -456,6 +456,17 @@ admin socket = {r}/run/$name.$pid.asok
         self._stopping.discard(name)
         self._save()
 
+    @contextlib.contextmanager
+    def paused(self, name: str):
+        """`name` stopped (SIGSTOP) for the block, as a daemon that does not answer: what waits
+        for it waits there, what does not goes on."""
+        pid = self.pid(name)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
     # -- clients ---------------------------------------------------------------------------
 
     def ceph(self, *args, timeout=60) -> str:

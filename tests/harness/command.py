@@ -18,9 +18,9 @@ def in_namespace_of(pid: int) -> tuple[str, ...]:
     return ("nsenter", "--target", str(pid), "--pid", "--mount")
 
 
-def run(conf_file, *args, wrap=(), check=True) -> subprocess.CompletedProcess:
+def run(conf_file, *args, wrap=(), check=True, status=0) -> subprocess.CompletedProcess:
     """`WRAP... python -m glance_rbd_native ARGS --config-file CONF`; with `check`, asserts that
-    it exited 0."""
+    it exited with `status`."""
     done = subprocess.run(
         [*wrap, sys.executable, "-m", "glance_rbd_native", *args, "--config-file", str(conf_file)],
         capture_output=True,
@@ -29,10 +29,11 @@ def run(conf_file, *args, wrap=(), check=True) -> subprocess.CompletedProcess:
         cwd=CHECKOUT,
     )
     if check:
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == status, done.stdout + done.stderr
     return done
 
 
-def report(conf_file, *args, wrap=()) -> dict:
-    """The JSON report (`--format json`) on the first backend, of a run that must succeed."""
-    return json.loads(run(conf_file, *args, "--format", "json", wrap=wrap).stdout)[0]
+def report(conf_file, *args, wrap=(), status=0) -> dict:
+    """The JSON report (`--format json`) on the first backend, of a run that must exit with
+    `status` (1: `sweep --remove` left some of what it set out to remove)."""
+    return json.loads(run(conf_file, *args, "--format", "json", wrap=wrap, status=status).stdout)[0]

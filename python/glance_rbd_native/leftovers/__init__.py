@@ -320,6 +320,12 @@ def unmarked(
     return found
 
 
+def left(outcome: str) -> bool:
+    """Whether an outcome of ``remove`` or ``deletes.purge`` leaves what it set out to remove:
+    each such outcome says "left" or "kept", and why."""
+    return outcome.startswith(("left", "kept", "fenced and left"))
+
+
 def remove(pool: Pool, upload: Upload) -> str:
     """Removes the partial image of ``upload`` (state gone or unmarked) and its mark, or drops
     the stale mark of a missing or finished one. Everything is checked again first: the mark
@@ -336,7 +342,10 @@ def remove(pool: Pool, upload: Upload) -> str:
     header = cast(Header, upload.header)  # gone or unmarked: it has one (judge, _unmarked_state)
     if upload.mark is not None:
         stored = marks(pool.ioctx).get(upload.image)
-        if stored is None or stored.raw != upload.mark.raw:
+        if stored is None:
+            # Its writer finished it, or another sweep removed it: nothing left to remove.
+            return "already gone: its mark was cleared since it was judged"
+        if stored.raw != upload.mark.raw:
             return "left: its mark changed since it was judged"
     if images.image_id(pool.ioctx, upload.image) != header.id:
         return "left: the name is another image's now"

@@ -98,11 +98,38 @@ def deletions(ioctx: "rados.Ioctx", host: Optional[Host] = None) -> list[Deletio
     entries = {entry["id"]: entry for entry in rbd.RBD().trash_list(ioctx)}
     host = host or Host()
     now = time.time()
-    return [judge(mark, entries.get(mark.image), host, now) for mark in marks.values()]
+    return [
+        judge(
+            mark,
+            entries.get(mark.image),
+            _snapshots(ioctx, mark.image) if mark.image in entries else [],
+            host,
+            now,
+        )
+        for mark in marks.values()
+    ]
 
 
-def judge(mark: Mark, entry: Optional[dict[str, Any]], host: Host, now: float) -> Deletion:
-    """The deletion of ``mark``, whose trash entry (by the marked id) is ``entry``."""
+def _snapshots(ioctx: "rados.Ioctx", image_id: str) -> list[dict[str, Any]]:
+    """The snapshots of trash entry ``image_id`` (none if it is gone)."""
+    import rbd
+
+    try:
+        with rbd.Image(ioctx, image_id=image_id, read_only=True) as image:
+            return list(image.list_snaps())
+    except rbd.ImageNotFound:
+        return []
+
+
+def judge(
+    mark: Mark,
+    entry: Optional[dict[str, Any]],
+    snapshots: list[dict[str, Any]],
+    host: Host,
+    now: float,
+) -> Deletion:
+    """The deletion of ``mark``, whose trash entry (by the marked id) is ``entry``, with
+    ``snapshots``."""
     if mark.fields is None:
         return Deletion(mark, entry, "kept", f"an unreadable mark ({mark.problem}): never touched")
     if entry is None:
@@ -120,6 +147,13 @@ def judge(mark: Mark, entry: Optional[dict[str, Any]], host: Host, now: float) -
     deferment = entry.get("deferment_end_time")
     if deferment is not None and deferment.timestamp() > now:
         return Deletion(mark, entry, "kept", f"its deferment ends at {deferment}: kept till then")
+    if any(not is_glances(snap, mark.get("snapshot")) for snap in snapshots):
+        return Deletion(
+            mark,
+            entry,
+            "kept",
+            "it has snapshots other than the one glance's delete left: never touched",
+        )
     seen, why = look(mark.fields, host)
     if seen is Sight.GONE:
         return Deletion(mark, entry, "gone", why)
@@ -142,7 +176,10 @@ def purge(ioctx: "rados.Ioctx", deletion: Deletion) -> str:
         return "dropped" if index.remove(ioctx, deletion.mark, DELETES) else "changed: kept"
     assert deletion.state == "gone" and deletion.entry is not None
     again = index.read(ioctx, DELETES, REQUIRED, OPTIONAL).get(deletion.image_id)
-    if again is None or again.raw != deletion.mark.raw:
+    if again is None:
+        # Cleared once the entry is gone, by its purge or another sweep.
+        return "already gone: its mark was cleared since it was read"
+    if again.raw != deletion.mark.raw:
         return "kept: its mark changed since it was read"
     try:
         entry = rbd.RBD().trash_get(ioctx, deletion.image_id)
@@ -152,15 +189,16 @@ def purge(ioctx: "rados.Ioctx", deletion: Deletion) -> str:
     if entry.get("name") != deletion.entry.get("name"):
         return "kept: its trash entry changed since it was read"
     # glance's snapshot, if the delete left it to its purge: that one only, and only if no
-    # other snapshot was made since (it would keep the data).
+    # other snapshot was made since (it would keep the data). A removal that began and did not
+    # end (its process died) left it in the trash namespace, under a name of librbd's.
     ours = deletion.mark.get("snapshot")
     try:
         with rbd.Image(ioctx, image_id=deletion.image_id) as image:
-            snapshots = {snap["name"] for snap in image.list_snaps()}
-            if snapshots - {ours}:
-                return "kept: it has snapshots other than the one glance's delete left"
-            if ours in snapshots:
-                image.remove_snap(str(ours))
+            snapshots = list(image.list_snaps())
+            if any(not is_glances(snap, ours) for snap in snapshots):
+                return "kept: a snapshot was made since it was read"
+            for snap in snapshots:
+                image.remove_snap_by_id(snap["id"])
         rbd.RBD().trash_remove(ioctx, deletion.image_id)
     except rbd.ImageNotFound:
         pass
@@ -168,3 +206,16 @@ def purge(ioctx: "rados.Ioctx", deletion: Deletion) -> str:
         return "kept: a client still has it open, or the Ceph manager is removing it"
     index.remove(ioctx, deletion.mark, DELETES)
     return "purged"
+
+
+def is_glances(snap: dict[str, Any], ours: Optional[str]) -> bool:
+    """Whether ``snap`` (as ``Image.list_snaps`` lists it) is glance's snapshot ``ours``: under
+    its name, or moved to the trash namespace by a removal that did not end."""
+    import rbd
+
+    if ours is None:
+        return False
+    namespace = snap.get("namespace", rbd.RBD_SNAP_NAMESPACE_TYPE_USER)
+    if namespace == rbd.RBD_SNAP_NAMESPACE_TYPE_TRASH:
+        return bool(snap.get("trash", {}).get("original_name") == ours)
+    return bool(namespace == rbd.RBD_SNAP_NAMESPACE_TYPE_USER and snap["name"] == ours)
