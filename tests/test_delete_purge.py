@@ -5,11 +5,14 @@ cluster, which has no manager, the process does (tests/test_delete.py). The clus
 throwaway of its own with a manager, as the release matrix's: this file runs in that lane."""
 
 import contextlib
+import json
 import pathlib
 import shutil
 import tempfile
+import time
 
 import pytest
+import rados
 import rbd
 
 from glance_rbd_native._native import _delete_image, _flush_logs
@@ -19,6 +22,8 @@ from tests.harness.stores import SNAP, Images
 from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.matrix]
+
+DELETES = "glance_rbd_native.deletes"
 
 
 @contextlib.contextmanager
@@ -84,3 +89,111 @@ def test_the_process_removes_it_when_no_manager_answers(caplog):
     assert "is removed, by this process" in said
     said = [r.getMessage() for r in caplog.records]
     assert any("the Ceph manager did not take" in m and "(errno 110)" in m for m in said)
+
+
+# -- a purge that cannot stall: the process removes the data (a user without mgr caps) ----------
+
+
+def trash_ids(images):
+    return {entry["id"] for entry in rbd.RBD().trash_list(images.ioctx)}
+
+
+def marked(images):
+    """{trash id: mark} of the pool's index of deletions."""
+    with rados.ReadOpCtx() as op:
+        values, _ = images.ioctx.get_omap_vals(op, "", "", 10000)
+        try:
+            images.ioctx.operate_read_op(op, DELETES)
+        except rados.ObjectNotFound:
+            return {}
+        return {key: json.loads(value) for key, value in values}
+
+
+def warnings_naming(caplog, trash_id):
+    _flush_logs()  # the purge thread's records wait for a native call
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelname == "WARNING" and f"trash id {trash_id}" in r.getMessage()
+    ]
+
+
+def held_in_the_trash(images, user, conf, stack):
+    """Deletes a stored image as `user` and opens it by id as it reaches the trash, as a reader
+    that had it open when it moved would: (its trash id, its hold). Its purge removes glance's
+    snapshot first, which waits for the monitors: the open comes before the removal."""
+    name = images.store(new_name("held"), data_of(4 * MiB))
+    trash_id, purging = _delete_image(images.pool, name, SNAP, conffile=str(conf), user=user)
+    assert purging
+    hold = stack.enter_context(rbd.Image(images.ioctx, image_id=trash_id))
+    return trash_id, hold
+
+
+def test_entries_held_open_delay_no_other_and_go_once_let_go(managed, caplog):
+    """Two deleted images another client holds open in the trash, then three others deleted:
+    the three are removed while the two are held; each held one is a WARNING in the log within
+    a minute of its delete; let go, they are removed within a minute, by the same process."""
+    caplog.set_level("INFO", logger="glance_rbd_native")
+    conf = managed.user("holding", mon="profile rbd", osd=f"profile rbd pool={managed.pool}")
+    with contextlib.closing(Images(managed)) as images, contextlib.ExitStack() as holds:
+        held = [held_in_the_trash(images, "holding", conf, holds)[0] for _ in range(2)]
+        started = time.monotonic()
+        others = []
+        for _ in range(3):
+            name = images.store(new_name("other"), data_of(4 * MiB))
+            others.append(
+                _delete_image(images.pool, name, SNAP, conffile=str(conf), user="holding")[0]
+            )
+        wait_for(
+            lambda: not set(others) & (trash_ids(images) | set(marked(images))),
+            timeout=30,
+            what="the three others' trash entries and marks gone while two are held",
+        )
+        print(f"\nthree others gone {time.monotonic() - started:.1f} s after their deletes")
+        assert set(held) <= trash_ids(images) and set(held) <= set(marked(images))
+        for trash_id in held:
+            said = wait_for(
+                lambda trash_id=trash_id: warnings_naming(caplog, trash_id),
+                timeout=60 - (time.monotonic() - started),
+                what=f"a WARNING naming held trash entry {trash_id}",
+            )
+            assert "a client has it open" in said[0] and "sweep --remove" in said[0], said
+        assert set(held) <= trash_ids(images)
+        holds.close()
+        let_go = time.monotonic()
+        wait_for(
+            lambda: not set(held) & (trash_ids(images) | set(marked(images))),
+            timeout=60,
+            what="the held entries and their marks gone once let go",
+        )
+        print(f"held entries gone {time.monotonic() - let_go:.1f} s after they were let go")
+    _flush_logs()
+    removed = [
+        r.getMessage() for r in caplog.records if "is removed, by this process" in r.getMessage()
+    ]
+    assert all(any(f"trash id {t}" in m for m in removed) for t in held + others), removed
+
+
+def test_a_fenced_purge_connects_again_and_finishes(managed, caplog):
+    """The purging client fenced (blocklisted) while an entry is held open: a WARNING says so,
+    and once the entry is let go, the purge removes it through a new connection."""
+    caplog.set_level("INFO", logger="glance_rbd_native")
+    conf = managed.user("fenced", mon="profile rbd", osd=f"profile rbd pool={managed.pool}")
+    with contextlib.closing(Images(managed)) as images, contextlib.ExitStack() as holds:
+        trash_id, _ = held_in_the_trash(images, "fenced", conf, holds)
+        addr = marked(images)[trash_id]["addr"]
+        managed.ceph("osd", "blocklist", "add", addr)
+        try:
+            wait_for(
+                lambda: [m for m in warnings_naming(caplog, trash_id) if "fenced" in m],
+                timeout=60,
+                what="a WARNING that the purging client was fenced",
+            )
+            holds.close()
+            wait_for(
+                lambda: trash_id not in trash_ids(images) | set(marked(images)),
+                timeout=60,
+                what="the entry and its mark gone after the fence, once let go",
+            )
+        finally:
+            managed.ceph("osd", "blocklist", "rm", addr)

@@ -283,24 +283,50 @@ def test_the_sweep_exits_1_while_an_entry_it_would_purge_is_held(clean_pool, con
             clean_pool.ioctx.operate_write_op(op, DELETES)
 
 
+def mark_as_by_this_process(images, name, image_id, **extra):
+    """A deletion mark for trash entry `image_id` whose deleter runs: this very process."""
+    with open("/proc/self/stat") as stat:
+        start = int(stat.read().rsplit(")", 1)[1].split()[19])
+    mark_as_by_a_dead_process(images, name, image_id)
+    with rados.ReadOpCtx() as op:
+        values, _ = images.ioctx.get_omap_vals_by_keys(op, (image_id,))
+        images.ioctx.operate_read_op(op, DELETES)
+        mark = json.loads(dict(values)[image_id])
+    mark.update(process_start=start, **extra)
+    with rados.WriteOpCtx() as op:
+        images.ioctx.set_omap(op, (image_id,), (json.dumps(mark).encode(),))
+        images.ioctx.operate_write_op(op, DELETES)
+
+
+def test_a_delete_its_deleter_gave_up_is_purged_while_it_runs(clean_pool, conf_file):
+    """A purge whose tries are over says so in the mark (`given_up`): the sweep removes that
+    entry although its deleter runs."""
+    name = clean_pool.store(new_name("given-up"), data_of(MiB))
+    clean_pool.remove_snapshots(name)
+    rbd.RBD().trash_move(clean_pool.ioctx, name, 0)
+    trash_id = trash_names(clean_pool)[name]
+    mark_as_by_this_process(clean_pool, name, trash_id, given_up=time.time() - 5)
+    try:
+        found = listed(conf_file, "status")[name]
+        assert found["state"] == "gone" and "gave up removing its data" in found["reason"]
+        assert listed(conf_file, "sweep", "--remove")[name]["outcome"] == "purged"
+        assert trash_id not in trash_names(clean_pool).values()
+        assert trash_id not in marked(clean_pool)
+    finally:
+        if trash_id in trash_names(clean_pool).values():
+            rbd.RBD().trash_remove(clean_pool.ioctx, trash_id, force=True)
+        with rados.WriteOpCtx() as op:
+            clean_pool.ioctx.remove_omap_keys(op, (trash_id,))
+            clean_pool.ioctx.operate_write_op(op, DELETES)
+
+
 def test_a_deleter_that_runs_is_left_alone(cluster, clean_pool, conf_file):
     """A mark whose deleter runs (this process): listed as deleting, never purged."""
     name = clean_pool.store(new_name("deleting"), data_of(MiB))
     clean_pool.remove_snapshots(name)
     rbd.RBD().trash_move(clean_pool.ioctx, name, 0)
     trash_id = trash_names(clean_pool)[name]
-    with open("/proc/self/stat") as stat:
-        start = int(stat.read().rsplit(")", 1)[1].split()[19])
-    mark_as_by_a_dead_process(clean_pool, name, trash_id)
-    # Now as this very process: alive.
-    with rados.ReadOpCtx() as op:
-        values, _ = clean_pool.ioctx.get_omap_vals_by_keys(op, (trash_id,))
-        clean_pool.ioctx.operate_read_op(op, DELETES)
-        mark = json.loads(dict(values)[trash_id])
-    mark["process_start"] = start
-    with rados.WriteOpCtx() as op:
-        clean_pool.ioctx.set_omap(op, (trash_id,), (json.dumps(mark).encode(),))
-        clean_pool.ioctx.operate_write_op(op, DELETES)
+    mark_as_by_this_process(clean_pool, name, trash_id)
     try:
         assert listed(conf_file, "status")[name]["state"] == "deleting"
         assert name not in listed(conf_file, "sweep", "--remove")

@@ -188,6 +188,34 @@ fn mark(ioctx: &IoCtx, name: &str, id: &str, snapshot: Option<&str>) -> Option<S
     }
 }
 
+/// Says in the mark of image `id` (if it still holds `value`) that this process gave up removing
+/// its data, at `when` (seconds since the epoch): `glance-rbd-native sweep --remove` then removes
+/// it while this process runs. Whether the mark says so now.
+pub(crate) fn give_up(ioctx: &IoCtx, name: &str, id: &str, value: &str, when: f64) -> bool {
+    let Some(fields) = value.strip_suffix('}') else {
+        return false;
+    };
+    let given_up = format!("{fields},\"given_up\":{when:.3}}}");
+    let entry = Entry {
+        ioctx,
+        object: INDEX,
+        key: id,
+    };
+    match omap::set(
+        entry,
+        &given_up,
+        Some(value),
+        Op::MarkDelete,
+        &ioctx.target(name),
+    ) {
+        Ok(()) => true,
+        Err(err) => {
+            log::warn!("{err}");
+            false
+        }
+    }
+}
+
 /// Clears the mark of image `id`, if it still holds `value`.
 pub(crate) fn unmark(ioctx: &IoCtx, name: &str, id: &str, value: &str) {
     let entry = Entry {

@@ -1,24 +1,41 @@
 //! Removing the data of the images `delete` moved to the trash, in the background. The Ceph
 //! manager's task queue takes it where the user's caps allow (`rbd task add trash remove`, as
 //! `mgr 'profile rbd pool=...'` does): the removal then goes on whatever becomes of this process.
-//! Otherwise this process removes it, `WORKERS` images at a time, retrying while a client still
-//! has one open. Either way the deletion's mark is cleared once the entry is gone. These threads
-//! never call into Python: their records wait for the next native call.
+//! Otherwise this process removes it. Either way the deletion's mark is cleared once the entry
+//! is gone.
+//!
+//! Each job is a few steps (glance's snapshot, then the data, then, if the manager took it,
+//! a look whether it is gone), and each try of a step is short: a job that cannot go on now
+//! (a client holds the entry open, the cluster is away) is put back with a time to try again,
+//! and `WORKERS` threads take whichever job is due first, so one held entry never delays the
+//! others. A fenced connection is replaced, not retried. A job is tried for `GIVE_UP_AFTER` or
+//! `MAX_TRIES`, whichever comes first; then its mark says it was given up, and
+//! `glance-rbd-native sweep --remove` finishes it. What will not fix itself is a WARNING:
+//! a fence or a refusal at once, a removal still failing after `WARN_AFTER`, a job given up.
+//! These threads never call into Python: their records wait for the next native call.
 
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::error::Error;
 use crate::rbd::cluster::{IoCtx, cstring};
 use crate::rbd::image::{self, Image};
 use crate::sync;
 use crate::transfer::background;
+use crate::transfer::mark::unix_now;
 
 /// Removals this process runs at once: each keeps up to librbd's `rbd_concurrent_management_ops`
 /// object removals in flight.
 const WORKERS: usize = 2;
 const FIRST_RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between two tries: an entry let go is removed within it.
 const LAST_RETRY: Duration = Duration::from_secs(10);
+/// A job failing for this long is said as a WARNING (within a minute: tries are `LAST_RETRY`
+/// apart at most).
+const WARN_AFTER: Duration = Duration::from_secs(45);
+/// How long a job is tried from its delete, and how many times, before it is given up.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(15 * 60);
+const MAX_TRIES: u32 = 500;
 
 /// One image in the trash whose data is to be removed.
 pub(crate) struct Job {
@@ -33,9 +50,48 @@ pub(crate) struct Job {
     pub(crate) deleted: Instant,
 }
 
-/// The queue of this process, by pid: a child of `fork()` inherits the sender but not the
-/// threads, so it starts its own.
-static QUEUE: Mutex<Option<(u32, Sender<Job>)>> = Mutex::new(None);
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Step {
+    /// Removing glance's snapshot.
+    Snapshot,
+    /// Handing the data's removal to the manager, or removing it here.
+    Remove,
+    /// The manager took it: until the entry is gone.
+    Manager,
+}
+
+/// A job, where it is, and when it is next tried.
+struct Pending {
+    job: Job,
+    step: Step,
+    due: Instant,
+    delay: Duration,
+    tries: u32,
+    /// Since when its tries have failed; whether that was said as a WARNING.
+    failing_since: Option<Instant>,
+    warned: bool,
+}
+
+/// What a try of one step came to.
+enum Tried {
+    Next(Step),
+    /// The entry is gone, removed by whom.
+    Gone(&'static str),
+    /// Not now: try again later (the entry is busy, the manager is still at it).
+    Later,
+    Failed(Error),
+}
+
+/// The jobs of this process, by pid: a child of `fork()` inherits the parent's but not the
+/// threads that run them, so it forgets them (the parent goes on with them) and starts its own.
+struct Queue {
+    pid: u32,
+    pending: Vec<Pending>,
+    workers: usize,
+}
+
+static QUEUE: Mutex<Option<Queue>> = Mutex::new(None);
+static DUE: Condvar = Condvar::new();
 
 /// The users (cephx entities, by cluster: `user_key`) the manager refused a task: their caps do
 /// not allow it, and it is not asked again for them.
@@ -49,56 +105,246 @@ static MANAGER_SILENT: Mutex<Vec<(String, Instant)>> = Mutex::new(Vec::new());
 const MANAGER_WAIT: Duration = Duration::from_secs(10);
 const SILENT_FOR: Duration = Duration::from_secs(60);
 
+/// Queues `job`. It is never dropped: should no thread start, it waits in the queue for the
+/// next delete's, and a WARNING says so.
 pub(crate) fn queue(job: Job) {
     let pid = std::process::id();
-    let mut queue = sync::lock(&QUEUE);
-    if queue.as_ref().is_none_or(|(owner, _)| *owner != pid) {
-        let (sender, receiver) = channel();
-        let receiver = Arc::new(Mutex::new(receiver));
-        for worker in 0..WORKERS {
-            let receiver = Arc::clone(&receiver);
-            background::spawn(format!("rbd-purge-{worker}"), move || run(&receiver))
-                .expect("spawning a purge thread");
-        }
-        // The parent's sender, if inherited, is forgotten: its receivers are not in this process.
-        if let Some(inherited) = queue.replace((pid, sender)) {
-            std::mem::forget(inherited);
+    let mut guard = sync::lock(&QUEUE);
+    if let Some(inherited) = guard.take_if(|queue| queue.pid != pid) {
+        // The parent's jobs: its threads, in the parent, go on with them.
+        std::mem::forget(inherited);
+    }
+    let queue = guard.get_or_insert_with(|| Queue {
+        pid,
+        pending: Vec::new(),
+        workers: 0,
+    });
+    let step = if job.snapshot.is_some() {
+        Step::Snapshot
+    } else {
+        Step::Remove
+    };
+    queue.pending.push(Pending {
+        job,
+        step,
+        due: Instant::now(),
+        delay: FIRST_RETRY,
+        tries: 0,
+        failing_since: None,
+        warned: false,
+    });
+    while queue.workers < WORKERS {
+        match background::spawn(format!("rbd-purge-{}", queue.workers), run) {
+            Ok(_) => queue.workers += 1,
+            Err(err) => {
+                log::warn!(
+                    "could not start a thread to remove the data of deleted images ({err}): \
+                     {} wait for the next delete to start one",
+                    queue.pending.len()
+                );
+                break;
+            }
         }
     }
-    if let Some((_, sender)) = queue.as_ref() {
-        let _ = sender.send(job);
-    }
+    drop(guard);
+    DUE.notify_one();
 }
 
-fn run(queue: &Mutex<Receiver<Job>>) {
+fn run() {
+    let pid = std::process::id();
+    let mut guard = sync::lock(&QUEUE);
     loop {
-        let Ok(job) = sync::lock(queue).recv() else {
+        let Some(queue) = guard.as_mut().filter(|queue| queue.pid == pid) else {
             return;
         };
-        purge(&job);
+        let now = Instant::now();
+        let first = (0..queue.pending.len()).min_by_key(|&i| queue.pending[i].due);
+        match first {
+            Some(i) if queue.pending[i].due <= now => {
+                let pending = queue.pending.swap_remove(i);
+                drop(guard);
+                let again = attempt(pending);
+                guard = sync::lock(&QUEUE);
+                if let (Some(again), Some(queue)) = (again, guard.as_mut()) {
+                    queue.pending.push(again);
+                    DUE.notify_one();
+                }
+            }
+            Some(i) => {
+                let wait = queue.pending[i].due - now;
+                guard = sync::wait_timeout(&DUE, guard, wait).0;
+            }
+            None => guard = sync::wait(&DUE, guard),
+        }
     }
 }
 
-fn purge(job: &Job) {
-    let target = job.ioctx.target(&job.name);
-    if let Some(snap) = &job.snapshot {
-        remove_snapshot(job, snap);
-    }
-    let by = if by_manager(job) {
-        wait_until_gone(job);
-        "the Ceph manager"
-    } else {
-        remove_here(job);
-        "this process"
+/// Tries `pending`'s step once: the job back with its next try, or None once it is done or
+/// given up.
+fn attempt(mut pending: Pending) -> Option<Pending> {
+    pending.tries += 1;
+    let tried = match pending.step {
+        Step::Snapshot => remove_snapshot(&pending.job),
+        Step::Remove if by_manager(&pending.job) => Tried::Next(Step::Manager),
+        Step::Remove => remove_here(&pending.job),
+        Step::Manager => removed_by_manager(&pending.job),
     };
-    if let Some(mark) = &job.mark {
-        super::unmark(&job.ioctx, &job.name, &job.id, mark);
+    let job = &pending.job;
+    let target = job.ioctx.target(&job.name);
+    match tried {
+        Tried::Gone(by) => {
+            if let Some(mark) = &job.mark {
+                super::unmark(&job.ioctx, &job.name, &job.id, mark);
+            }
+            log::info!(
+                "the data of deleted {target} (trash id {}) is removed, by {by}, {:.1} s after \
+                 its delete",
+                job.id,
+                job.deleted.elapsed().as_secs_f64()
+            );
+            return None;
+        }
+        Tried::Next(step) => {
+            pending.step = step;
+            pending.failing_since = None;
+            // The manager's removal is looked at after a while; the next step of this
+            // process's own, at once.
+            pending.delay = FIRST_RETRY;
+            pending.due = Instant::now()
+                + if step == Step::Manager {
+                    FIRST_RETRY
+                } else {
+                    Duration::ZERO
+                };
+        }
+        Tried::Later => {
+            pending.due = Instant::now() + pending.delay;
+            pending.delay = (pending.delay * 2).min(LAST_RETRY);
+        }
+        Tried::Failed(err) => {
+            let since = *pending.failing_since.get_or_insert_with(Instant::now);
+            let now_or_never = matches!(err.errno(), Some(libc::EPERM | libc::EACCES));
+            if err.errno() == Some(libc::ESHUTDOWN) {
+                log::warn!(
+                    "the Ceph client ({}) removing the data of deleted {target} (trash id {}) \
+                     was fenced, blocklisted by the cluster (`ceph osd blocklist ls` lists it): \
+                     connecting again",
+                    job.ioctx.cluster().entity(),
+                    job.id
+                );
+                if let Some(ioctx) = reconnect(job) {
+                    pending.job.ioctx = ioctx;
+                    pending.due = Instant::now();
+                    return give_up_if_due(pending);
+                }
+            } else if !pending.warned && (now_or_never || since.elapsed() >= WARN_AFTER) {
+                pending.warned = true;
+                log::warn!(
+                    "the data of deleted {target} (trash id {}) is not removed yet, {:.0} s \
+                     after its delete: {err}{}; trying again until {} min after the delete, then \
+                     `glance-rbd-native sweep --remove` removes it",
+                    job.id,
+                    job.deleted.elapsed().as_secs_f64(),
+                    if err.errno() == Some(libc::EBUSY) {
+                        " (a client has it open: it goes once let go)"
+                    } else {
+                        ""
+                    },
+                    GIVE_UP_AFTER.as_secs() / 60
+                );
+            } else {
+                log::debug!("{err}; trying again in {} s", pending.delay.as_secs());
+            }
+            job.ioctx.cluster().forget_if_refused(&err);
+            pending.due = Instant::now() + pending.delay;
+            pending.delay = (pending.delay * 2).min(LAST_RETRY);
+        }
     }
-    log::info!(
-        "the data of deleted {target} (trash id {}) is removed, by {by}, {:.1} s after its delete",
+    give_up_if_due(pending)
+}
+
+/// `pending`, unless its tries are over: then its mark is changed to say so (the sweep then
+/// removes the entry while this process runs), and a WARNING says what is left.
+fn give_up_if_due(pending: Pending) -> Option<Pending> {
+    let job = &pending.job;
+    if pending.tries < MAX_TRIES && job.deleted.elapsed() < GIVE_UP_AFTER {
+        return Some(pending);
+    }
+    let given_up = job
+        .mark
+        .as_deref()
+        .is_some_and(|mark| super::give_up(&job.ioctx, &job.name, &job.id, mark, unix_now()));
+    log::warn!(
+        "gave up removing the data of deleted {} (trash id {}) after {} tries in {:.0} s{}",
+        job.ioctx.target(&job.name),
         job.id,
-        job.deleted.elapsed().as_secs_f64()
+        pending.tries,
+        job.deleted.elapsed().as_secs_f64(),
+        if given_up {
+            ": it stays in the pool's trash; `glance-rbd-native sweep --remove` removes it"
+        } else {
+            ": it stays in the pool's trash, without a mark `glance-rbd-native sweep` would \
+             know; `rbd trash rm` removes it"
+        }
     );
+    None
+}
+
+/// An I/O context on the job's pool through a new connection, in place of its fenced one.
+fn reconnect(job: &Job) -> Option<Arc<IoCtx>> {
+    match job
+        .ioctx
+        .cluster()
+        .replace_fenced()
+        .and_then(|cluster| cluster.pool(job.ioctx.pool()))
+    {
+        Ok(ioctx) => Some(Arc::new(ioctx)),
+        Err(err) => {
+            log::warn!("{err}: removing the data of trash entry {} later", job.id);
+            None
+        }
+    }
+}
+
+/// Removes glance's snapshot of the image in the trash: its data cannot go with snapshots left.
+fn remove_snapshot(job: &Job) -> Tried {
+    let Some(snap) = &job.snapshot else {
+        return Tried::Next(Step::Remove);
+    };
+    let removed = Image::open_by_id(Arc::clone(&job.ioctx), &job.id, &job.name)
+        .and_then(|image| super::remove_snapshot(&image, snap));
+    match removed {
+        Ok(()) => Tried::Next(Step::Remove),
+        Err(err) if err.errno() == Some(libc::ENOENT) => Tried::Next(Step::Remove),
+        Err(err) => Tried::Failed(err),
+    }
+}
+
+/// Removes the entry's data here: a client that had the image open when it was moved keeps it
+/// until it closes (EBUSY).
+fn remove_here(job: &Job) -> Tried {
+    match image::trash_remove(&job.ioctx, &job.name, &job.id) {
+        Ok(()) => Tried::Gone("this process"),
+        Err(err) if err.errno() == Some(libc::ENOENT) => Tried::Gone("this process"),
+        Err(err) => Tried::Failed(err),
+    }
+}
+
+/// Whether the manager has removed the entry: only librbd's answer that there is none (ENOENT)
+/// says so; no answer (a timeout, a fenced client) is no proof, and the mark stays until one.
+fn removed_by_manager(job: &Job) -> Tried {
+    let Ok(id) = cstring(&job.id) else {
+        return Tried::Later;
+    };
+    match image::trash_get(&job.ioctx, &id) {
+        Ok(None) => Tried::Gone("the Ceph manager"),
+        Ok(Some(_)) => Tried::Later,
+        Err(errno) => Tried::Failed(Error::ceph(
+            crate::error::Op::Purge,
+            &job.ioctx.target(&job.name),
+            -i64::from(errno),
+        )),
+    }
 }
 
 /// Hands the removal to the manager's task queue; false if the manager refused it, or gave no
@@ -148,62 +394,6 @@ fn by_manager(job: &Job) -> bool {
                 SILENT_FOR.as_secs()
             );
             false
-        }
-    }
-}
-
-/// Waits for the manager to have removed the entry: until librbd answers that there is none
-/// (ENOENT). No answer (a timeout, a fenced client) is no proof, and the mark stays until one.
-fn wait_until_gone(job: &Job) {
-    let Ok(id) = cstring(&job.id) else { return };
-    let mut delay = FIRST_RETRY;
-    loop {
-        match image::trash_get(&job.ioctx, &id) {
-            Ok(None) => return,
-            Ok(Some(_)) => {}
-            Err(errno) => log::debug!(
-                "the trash entry {} could not be read (errno {errno}); asking again in {} s",
-                job.id,
-                delay.as_secs()
-            ),
-        }
-        std::thread::sleep(delay);
-        delay = (delay * 2).min(LAST_RETRY);
-    }
-}
-
-/// Removes glance's snapshot of the image in the trash (its data cannot go with snapshots left),
-/// retrying until it is gone or the image is.
-fn remove_snapshot(job: &Job, snap: &str) {
-    let mut delay = FIRST_RETRY;
-    loop {
-        let removed = Image::open_by_id(Arc::clone(&job.ioctx), &job.id, &job.name)
-            .and_then(|image| super::remove_snapshot(&image, snap));
-        match removed {
-            Ok(()) => return,
-            Err(err) if err.errno() == Some(libc::ENOENT) => return,
-            Err(err) => {
-                log::debug!("{err}; retrying in {} s", delay.as_secs());
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(LAST_RETRY);
-            }
-        }
-    }
-}
-
-/// Removes the entry's data here, retrying (a reader that had the image open when it was moved
-/// keeps it until it closes, the cluster may be away) until it is gone.
-fn remove_here(job: &Job) {
-    let mut delay = FIRST_RETRY;
-    loop {
-        match image::trash_remove(&job.ioctx, &job.name, &job.id) {
-            Ok(()) => return,
-            Err(err) if err.errno() == Some(libc::ENOENT) => return,
-            Err(err) => {
-                log::debug!("{err}; retrying in {} s", delay.as_secs());
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(LAST_RETRY);
-            }
         }
     }
 }

@@ -8,9 +8,10 @@ namespace, cgroup) and which image. The mark is cleared once the data is gone. T
 
 - a mark names its id, and the entry is the one marked: the same name, moved there by a user
   (as the delete moves it, not by rbd's mirroring or migration), its deferment ended;
-- and its deleter is proved gone (``sight``): a deleter that runs, is stopped, or cannot be seen
-  from here (another host, a container's namespace seen from another container) may still be
-  removing it, and the entry is listed and kept.
+- and its deleter is proved gone (``sight``), or has said in the mark that it gave up removing
+  the data (its tries were over): a deleter that runs, is stopped, or cannot be seen from here
+  (another host, a container's namespace seen from another container) may still be removing
+  it, and the entry is listed and kept.
 
 Trash entries without a mark (another tool's, or moved by glance_store's own delete) are never
 touched, nor listed. A mark whose entry is gone is stale, and dropped.
@@ -37,8 +38,16 @@ REQUIRED = {
     "image": str,
     "image_id": str,
 }
-# "snapshot": glance's snapshot, moved to the trash with the image, that the purge removes first.
-OPTIONAL = {"pid_ns": int, "cgroup": str, "client": int, "addr": str, "snapshot": str}
+# "snapshot": glance's snapshot, moved to the trash with the image, that the purge removes first;
+# "given_up": when the deleter gave up removing the data (its tries were over), for the sweep.
+OPTIONAL = {
+    "pid_ns": int,
+    "cgroup": str,
+    "client": int,
+    "addr": str,
+    "snapshot": str,
+    "given_up": float,
+}
 
 
 class _DeletionDict(TypedDict):
@@ -154,6 +163,10 @@ def judge(
             "kept",
             "it has snapshots other than the one glance's delete left: never touched",
         )
+    given_up = mark.get("given_up")
+    if given_up is not None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(given_up))
+        return Deletion(mark, entry, "gone", f"its deleter gave up removing its data at {when}")
     seen, why = look(mark.fields, host)
     if seen is Sight.GONE:
         return Deletion(mark, entry, "gone", why)
