@@ -8,7 +8,10 @@ import contextlib
 import json
 import pathlib
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -17,6 +20,7 @@ import rbd
 
 from glance_rbd_native._native import _delete_image, _flush_logs
 from tests.harness.cluster import Cluster
+from tests.harness.command import CHECKOUT
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.stores import SNAP, Images
 from tests.harness.waiting import wait_for
@@ -197,3 +201,55 @@ def test_a_fenced_purge_connects_again_and_finishes(managed, caplog):
             )
         finally:
             managed.ceph("osd", "blocklist", "rm", addr)
+
+
+def test_a_worker_that_makes_no_more_native_calls_logs_the_warning(managed):
+    """The records of the purge threads wait for a Python thread: a process that makes no native
+    call after its delete still writes the WARNING of an entry held open within a minute."""
+    conf = managed.user("quiet", mon="profile rbd", osd=f"profile rbd pool={managed.pool}")
+    with contextlib.closing(Images(managed)) as images:
+        name = images.store(new_name("quiet"), data_of(4 * MiB))
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.harness.quiet_deleter",
+                str(conf),
+                "quiet",
+                managed.pool,
+                name,
+                SNAP,
+                "90",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=CHECKOUT,
+        )
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(child.stdout), daemon=True)
+        try:
+            first = child.stdout.readline()
+            assert first.startswith("deleted "), first + child.stdout.read()
+            trash_id = first.split()[1]
+            deleted = time.monotonic()
+            with rbd.Image(images.ioctx, image_id=trash_id):
+                reader.start()
+                said = wait_for(
+                    lambda: [line for line in lines if line.startswith("WARNING")],
+                    timeout=60,
+                    what="the WARNING of the held entry in the quiet process's log",
+                )
+                print(f"\nWARNING {time.monotonic() - deleted:.1f} s after the delete: {said[0]}")
+                assert f"trash id {trash_id}" in said[0] and "a client has it open" in said[0]
+            wait_for(
+                lambda: trash_id not in trash_ids(images),
+                timeout=60,
+                what="the entry gone once let go",
+            )
+        finally:
+            child.kill()
+            child.wait(timeout=30)
+            if reader.is_alive():
+                reader.join(timeout=30)
+            child.stdout.close()

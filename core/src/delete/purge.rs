@@ -11,7 +11,8 @@
 //! others. A fenced connection is replaced, not retried. A job is tried for `GIVE_UP_AFTER` or
 //! `MAX_TRIES`, whichever comes first; then its mark says it was given up, and
 //! `glance-rbd-native sweep --remove` finishes it. What will not fix itself is a WARNING:
-//! a fence or a refusal at once, a removal still failing after `WARN_AFTER`, a job given up.
+//! a fence or a refusal at once, a removal still failing `WARN_AFTER` after its delete, a job
+//! given up.
 //! These threads never call into Python: their records wait for the next native call.
 
 use std::sync::{Arc, Condvar, Mutex};
@@ -30,9 +31,13 @@ const WORKERS: usize = 2;
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between two tries: an entry let go is removed within it.
 const LAST_RETRY: Duration = Duration::from_secs(10);
-/// A job failing for this long is said as a WARNING (within a minute: tries are `LAST_RETRY`
-/// apart at most).
-const WARN_AFTER: Duration = Duration::from_secs(45);
+/// A job still failing this long after its delete is said as a WARNING: within a minute, since
+/// tries are `LAST_RETRY` apart at most (a try may wait `MANAGER_WAIT` for the manager first),
+/// and the log pump (python/glance_rbd_native/log_pump.py) emits background records every 2 s.
+const WARN_AFTER: Duration = Duration::from_secs(30);
+/// How long the manager may be at a removal before that is said as a WARNING: it removes about
+/// 5 GiB a second on a test OSD, so an image of hundreds of GiB takes minutes.
+const MANAGER_WARN_AFTER: Duration = Duration::from_secs(5 * 60);
 /// How long a job is tried from its delete, and how many times, before it is given up.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(15 * 60);
 const MAX_TRIES: u32 = 500;
@@ -67,8 +72,7 @@ struct Pending {
     due: Instant,
     delay: Duration,
     tries: u32,
-    /// Since when its tries have failed; whether that was said as a WARNING.
-    failing_since: Option<Instant>,
+    /// Whether its failing was said as a WARNING.
     warned: bool,
 }
 
@@ -130,7 +134,6 @@ pub(crate) fn queue(job: Job) {
         due: Instant::now(),
         delay: FIRST_RETRY,
         tries: 0,
-        failing_since: None,
         warned: false,
     });
     while queue.workers < WORKERS {
@@ -206,7 +209,6 @@ fn attempt(mut pending: Pending) -> Option<Pending> {
         }
         Tried::Next(step) => {
             pending.step = step;
-            pending.failing_since = None;
             // The manager's removal is looked at after a while; the next step of this
             // process's own, at once.
             pending.delay = FIRST_RETRY;
@@ -218,11 +220,22 @@ fn attempt(mut pending: Pending) -> Option<Pending> {
                 };
         }
         Tried::Later => {
+            if !pending.warned && job.deleted.elapsed() >= MANAGER_WARN_AFTER {
+                pending.warned = true;
+                log::warn!(
+                    "the Ceph manager has not removed the data of deleted {target} (trash id {}) \
+                     yet, {:.0} s after its delete: a client may have it open, or its queue is \
+                     long (`ceph rbd task list` shows its tasks); waiting until {} min after the \
+                     delete, then `glance-rbd-native sweep --remove` removes it",
+                    job.id,
+                    job.deleted.elapsed().as_secs_f64(),
+                    GIVE_UP_AFTER.as_secs() / 60
+                );
+            }
             pending.due = Instant::now() + pending.delay;
             pending.delay = (pending.delay * 2).min(LAST_RETRY);
         }
         Tried::Failed(err) => {
-            let since = *pending.failing_since.get_or_insert_with(Instant::now);
             let now_or_never = matches!(err.errno(), Some(libc::EPERM | libc::EACCES));
             if err.errno() == Some(libc::ESHUTDOWN) {
                 log::warn!(
@@ -237,7 +250,7 @@ fn attempt(mut pending: Pending) -> Option<Pending> {
                     pending.due = Instant::now();
                     return give_up_if_due(pending);
                 }
-            } else if !pending.warned && (now_or_never || since.elapsed() >= WARN_AFTER) {
+            } else if !pending.warned && (now_or_never || job.deleted.elapsed() >= WARN_AFTER) {
                 pending.warned = true;
                 log::warn!(
                     "the data of deleted {target} (trash id {}) is not removed yet, {:.0} s \
