@@ -5,7 +5,6 @@ cluster, which has no manager, the process does (tests/test_delete.py). The clus
 throwaway of its own with a manager, as the release matrix's: this file runs in that lane."""
 
 import contextlib
-import json
 import pathlib
 import shutil
 import subprocess
@@ -15,10 +14,10 @@ import threading
 import time
 
 import pytest
-import rados
 import rbd
 
 from glance_rbd_native._native import _delete_image, _flush_logs
+from tests.harness import trash
 from tests.harness.cluster import Cluster
 from tests.harness.command import CHECKOUT
 from tests.harness.data import MiB, data_of, new_name
@@ -26,8 +25,6 @@ from tests.harness.stores import SNAP, Images
 from tests.harness.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.matrix]
-
-DELETES = "glance_rbd_native.deletes"
 
 
 @contextlib.contextmanager
@@ -98,21 +95,6 @@ def test_the_process_removes_it_when_no_manager_answers(caplog):
 # -- a purge that cannot stall: the process removes the data (a user without mgr caps) ----------
 
 
-def trash_ids(images):
-    return {entry["id"] for entry in rbd.RBD().trash_list(images.ioctx)}
-
-
-def marked(images):
-    """{trash id: mark} of the pool's index of deletions."""
-    with rados.ReadOpCtx() as op:
-        values, _ = images.ioctx.get_omap_vals(op, "", "", 10000)
-        try:
-            images.ioctx.operate_read_op(op, DELETES)
-        except rados.ObjectNotFound:
-            return {}
-        return {key: json.loads(value) for key, value in values}
-
-
 def warnings_naming(caplog, trash_id):
     _flush_logs()  # the purge thread's records wait for a native call
     return [
@@ -123,14 +105,19 @@ def warnings_naming(caplog, trash_id):
 
 
 def held_in_the_trash(images, user, conf, stack):
-    """Deletes a stored image as `user` and opens it by id as it reaches the trash, as a reader
-    that had it open when it moved would: (its trash id, its hold). Its purge removes glance's
-    snapshot first, which waits for the monitors: the open comes before the removal."""
-    name = images.store(new_name("held"), data_of(4 * MiB))
-    trash_id, purging = _delete_image(images.pool, name, SNAP, conffile=str(conf), user=user)
-    assert purging
-    hold = stack.enter_context(rbd.Image(images.ioctx, image_id=trash_id))
-    return trash_id, hold
+    """Deletes a stored image as `user` and holds it open as it reaches the trash
+    (`trash.hold`): its trash id. Its purge removes glance's snapshot first, which waits for the
+    monitors, so the open nearly always comes before the removal; when it does not, another
+    image is tried."""
+    for _ in range(3):
+        name = images.store(new_name("held"), data_of(4 * MiB))
+        trash_id, purging = _delete_image(images.pool, name, SNAP, conffile=str(conf), user=user)
+        assert purging
+        held = trash.hold(images.ioctx, trash_id)
+        if held is not None:
+            stack.enter_context(held)
+            return trash_id
+    raise AssertionError("the purge removed each of 3 images before it could be held open")
 
 
 def test_entries_held_open_delay_no_other_and_go_once_let_go(managed, caplog):
@@ -140,7 +127,7 @@ def test_entries_held_open_delay_no_other_and_go_once_let_go(managed, caplog):
     caplog.set_level("INFO", logger="glance_rbd_native")
     conf = managed.user("holding", mon="profile rbd", osd=f"profile rbd pool={managed.pool}")
     with contextlib.closing(Images(managed)) as images, contextlib.ExitStack() as holds:
-        held = [held_in_the_trash(images, "holding", conf, holds)[0] for _ in range(2)]
+        held = [held_in_the_trash(images, "holding", conf, holds) for _ in range(2)]
         started = time.monotonic()
         others = []
         for _ in range(3):
@@ -149,12 +136,12 @@ def test_entries_held_open_delay_no_other_and_go_once_let_go(managed, caplog):
                 _delete_image(images.pool, name, SNAP, conffile=str(conf), user="holding")[0]
             )
         wait_for(
-            lambda: not set(others) & (trash_ids(images) | set(marked(images))),
+            lambda: not set(others) & (trash.ids(images.ioctx) | set(trash.marked(images.ioctx))),
             timeout=30,
             what="the three others' trash entries and marks gone while two are held",
         )
         print(f"\nthree others gone {time.monotonic() - started:.1f} s after their deletes")
-        assert set(held) <= trash_ids(images) and set(held) <= set(marked(images))
+        assert set(held) <= trash.ids(images.ioctx) and set(held) <= set(trash.marked(images.ioctx))
         for trash_id in held:
             said = wait_for(
                 lambda trash_id=trash_id: warnings_naming(caplog, trash_id),
@@ -162,11 +149,11 @@ def test_entries_held_open_delay_no_other_and_go_once_let_go(managed, caplog):
                 what=f"a WARNING naming held trash entry {trash_id}",
             )
             assert "a client has it open" in said[0] and "sweep --remove" in said[0], said
-        assert set(held) <= trash_ids(images)
+        assert set(held) <= trash.ids(images.ioctx)
         holds.close()
         let_go = time.monotonic()
         wait_for(
-            lambda: not set(held) & (trash_ids(images) | set(marked(images))),
+            lambda: not set(held) & (trash.ids(images.ioctx) | set(trash.marked(images.ioctx))),
             timeout=60,
             what="the held entries and their marks gone once let go",
         )
@@ -184,8 +171,8 @@ def test_a_fenced_purge_connects_again_and_finishes(managed, caplog):
     caplog.set_level("INFO", logger="glance_rbd_native")
     conf = managed.user("fenced", mon="profile rbd", osd=f"profile rbd pool={managed.pool}")
     with contextlib.closing(Images(managed)) as images, contextlib.ExitStack() as holds:
-        trash_id, _ = held_in_the_trash(images, "fenced", conf, holds)
-        addr = marked(images)[trash_id]["addr"]
+        trash_id = held_in_the_trash(images, "fenced", conf, holds)
+        addr = trash.marked(images.ioctx)[trash_id]["addr"]
         managed.ceph("osd", "blocklist", "add", addr)
         try:
             wait_for(
@@ -195,7 +182,7 @@ def test_a_fenced_purge_connects_again_and_finishes(managed, caplog):
             )
             holds.close()
             wait_for(
-                lambda: trash_id not in trash_ids(images) | set(marked(images)),
+                lambda: trash_id not in trash.ids(images.ioctx) | set(trash.marked(images.ioctx)),
                 timeout=60,
                 what="the entry and its mark gone after the fence, once let go",
             )
@@ -203,20 +190,19 @@ def test_a_fenced_purge_connects_again_and_finishes(managed, caplog):
             managed.ceph("osd", "blocklist", "rm", addr)
 
 
-def test_a_worker_that_makes_no_more_native_calls_logs_the_warning(managed):
-    """The records of the purge threads wait for a Python thread: a process that makes no native
-    call after its delete still writes the WARNING of an entry held open within a minute."""
-    conf = managed.user("quiet", mon="profile rbd", osd=f"profile rbd pool={managed.pool}")
-    with contextlib.closing(Images(managed)) as images:
-        name = images.store(new_name("quiet"), data_of(4 * MiB))
-        child = subprocess.Popen(
+class QuietDeleter:
+    """`tests/harness/quiet_deleter.py` deleting image `name` as user "quiet": a process that
+    makes no native call after its delete. Its output lines are collected as they come."""
+
+    def __init__(self, cluster, conf, name):
+        self.child = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "tests.harness.quiet_deleter",
                 str(conf),
                 "quiet",
-                managed.pool,
+                cluster.pool,
                 name,
                 SNAP,
                 "90",
@@ -226,30 +212,52 @@ def test_a_worker_that_makes_no_more_native_calls_logs_the_warning(managed):
             text=True,
             cwd=CHECKOUT,
         )
-        lines = []
-        reader = threading.Thread(target=lambda: lines.extend(child.stdout), daemon=True)
-        try:
-            first = child.stdout.readline()
-            assert first.startswith("deleted "), first + child.stdout.read()
-            trash_id = first.split()[1]
+        self.lines = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.child.stdout))
+        self.reader.start()
+
+    def trash_id(self):
+        said = wait_for(
+            lambda: [line for line in self.lines if line.startswith("deleted ")],
+            timeout=60,
+            what="the quiet process's delete",
+            every=0.005,  # the entry is to be held before its purge removes it
+        )
+        return said[0].split()[1]
+
+    def warnings(self):
+        return [line for line in self.lines if line.startswith("WARNING")]
+
+    def stop(self):
+        self.child.kill()
+        self.child.wait(timeout=30)
+        self.reader.join(timeout=30)
+        self.child.stdout.close()
+
+
+def test_a_worker_that_makes_no_more_native_calls_logs_the_warning(managed):
+    """The records of the purge threads wait for a Python thread: a process that makes no native
+    call after its delete still writes the WARNING of an entry held open within a minute."""
+    conf = managed.user("quiet", mon="profile rbd", osd=f"profile rbd pool={managed.pool}")
+    with contextlib.closing(Images(managed)) as images, contextlib.ExitStack() as stack:
+        for _ in range(3):  # another image when the purge comes before the hold (trash.hold)
+            deleter = QuietDeleter(managed, conf, images.store(new_name("quiet"), data_of(4 * MiB)))
+            stack.callback(deleter.stop)
+            trash_id = deleter.trash_id()
             deleted = time.monotonic()
-            with rbd.Image(images.ioctx, image_id=trash_id):
-                reader.start()
-                said = wait_for(
-                    lambda: [line for line in lines if line.startswith("WARNING")],
-                    timeout=60,
-                    what="the WARNING of the held entry in the quiet process's log",
-                )
-                print(f"\nWARNING {time.monotonic() - deleted:.1f} s after the delete: {said[0]}")
-                assert f"trash id {trash_id}" in said[0] and "a client has it open" in said[0]
-            wait_for(
-                lambda: trash_id not in trash_ids(images),
-                timeout=60,
-                what="the entry gone once let go",
+            held = trash.hold(images.ioctx, trash_id)
+            if held is not None:
+                break
+        else:
+            raise AssertionError("the purge removed each of 3 images before it could be held")
+        with held:
+            said = wait_for(
+                deleter.warnings, timeout=60, what="the WARNING of the held entry in its log"
             )
-        finally:
-            child.kill()
-            child.wait(timeout=30)
-            if reader.is_alive():
-                reader.join(timeout=30)
-            child.stdout.close()
+            print(f"\nWARNING {time.monotonic() - deleted:.1f} s after the delete: {said[0]}")
+            assert f"trash id {trash_id}" in said[0] and "a client has it open" in said[0]
+        wait_for(
+            lambda: trash_id not in trash.ids(images.ioctx),
+            timeout=60,
+            what="the entry gone once let go",
+        )

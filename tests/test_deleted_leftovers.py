@@ -14,18 +14,18 @@ import pytest
 import rados
 import rbd
 
-from tests.harness import command
+from tests.harness import command, trash
 from tests.harness.command import CHECKOUT
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.stores import SNAP
 
 pytestmark = pytest.mark.cluster
 
-DELETES = "glance_rbd_native.deletes"
+DELETES = trash.DELETES
 
 
 def trash_names(images):
-    return {entry["name"]: entry["id"] for entry in rbd.RBD().trash_list(images.ioctx)}
+    return trash.names(images.ioctx)
 
 
 def listed(conf_file, *args):
@@ -137,11 +137,8 @@ def snapshots_in_trash(images, image_id):
 
 
 def marked(images):
-    """The trash ids the pool's index of deletions holds a mark of."""
-    with rados.ReadOpCtx() as op:
-        values, _ = images.ioctx.get_omap_vals(op, "", "", 10000)
-        images.ioctx.operate_read_op(op, DELETES)
-        return {key for key, _ in values}
+    """The trash ids the pool's index of deletions marks."""
+    return set(trash.marked(images.ioctx))
 
 
 def test_a_killed_delete_is_listed_then_purged_and_nothing_else(cluster, clean_pool, conf_file):

@@ -15,7 +15,7 @@ import pytest
 import rados
 import rbd
 
-from tests.harness import venvs
+from tests.harness import trash, venvs
 from tests.harness.data import MiB
 from tests.harness.waiting import wait_for
 
@@ -114,7 +114,7 @@ def test_delete_returns_with_the_image_in_the_trash(servers, server, size, clean
         f"deleted image {image_id} of pool {clean_pool.pool}: moved to the trash as {rbd_id}" in log
     )
     wait_for(
-        lambda: rbd_id not in trash_ids(clean_pool) | marked(clean_pool),
+        lambda: rbd_id not in trash.ids(clean_pool.ioctx) | set(trash.marked(clean_pool.ioctx)),
         timeout=60,
         what="its trash entry and its deletion mark gone",
     )
@@ -126,17 +126,23 @@ def test_an_entry_held_open_is_a_warning_in_glances_log(servers, server, clean_p
     within a minute of the DELETE, though the worker serves no request after it; let go, its
     trash entry and its mark go."""
     api = servers[server]
-    image_id = api.create_image("held delete")
-    data = os.urandom(8 * MiB)
-    status, out = api.upload(image_id, iter([data]), size=len(data))
-    assert status == 204, out[:500]
-    rbd_id = _rbd_id(clean_pool, image_id)
-    status, out = api.request("DELETE", f"/v2/images/{image_id}")
-    assert status == 204, out[:500]
-    deleted = time.monotonic()
-    # Opened as it reaches the trash, as a reader that had it open when it moved: its purge
-    # removes glance's snapshot first, which waits for the monitors.
-    with rbd.Image(clean_pool.ioctx, image_id=rbd_id):
+    for attempt in range(3):  # another image when the purge comes before the hold
+        image_id = api.create_image(f"held delete {attempt}")
+        data = os.urandom(8 * MiB)
+        status, out = api.upload(image_id, iter([data]), size=len(data))
+        assert status == 204, out[:500]
+        rbd_id = _rbd_id(clean_pool, image_id)
+        status, out = api.request("DELETE", f"/v2/images/{image_id}")
+        assert status == 204, out[:500]
+        deleted = time.monotonic()
+        # Opened as it reaches the trash, as a reader that had it open when it moved: its purge
+        # removes glance's snapshot first, which waits for the monitors.
+        held = trash.hold(clean_pool.ioctx, rbd_id)
+        if held is not None:
+            break
+    else:
+        raise AssertionError("the purge removed each of 3 images before it could be held")
+    with held:
         said = wait_for(
             lambda: [
                 line
@@ -149,25 +155,10 @@ def test_an_entry_held_open_is_a_warning_in_glances_log(servers, server, clean_p
         print(f"\n{server}: WARNING {time.monotonic() - deleted:.1f} s after the DELETE")
         assert "a client has it open" in said[0], said
     wait_for(
-        lambda: rbd_id not in trash_ids(clean_pool) | marked(clean_pool),
+        lambda: rbd_id not in trash.ids(clean_pool.ioctx) | set(trash.marked(clean_pool.ioctx)),
         timeout=60,
         what="its trash entry and its deletion mark gone once let go",
     )
-
-
-def trash_ids(images):
-    return {entry["id"] for entry in rbd.RBD().trash_list(images.ioctx)}
-
-
-def marked(images):
-    """The trash ids the pool's index of deletions marks."""
-    with rados.ReadOpCtx() as op:
-        values, _ = images.ioctx.get_omap_vals(op, "", "", 10000)
-        try:
-            images.ioctx.operate_read_op(op, "glance_rbd_native.deletes")
-        except rados.ObjectNotFound:
-            return set()
-        return {key for key, _ in values}
 
 
 def _rbd_id(images, name):

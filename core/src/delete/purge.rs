@@ -72,8 +72,9 @@ struct Pending {
     due: Instant,
     delay: Duration,
     tries: u32,
-    /// Whether its failing was said as a WARNING.
+    /// Whether its failing was said as a WARNING; whether its client was fenced.
     warned: bool,
+    fenced: bool,
 }
 
 /// What a try of one step came to.
@@ -135,6 +136,7 @@ pub(crate) fn queue(job: Job) {
         delay: FIRST_RETRY,
         tries: 0,
         warned: false,
+        fenced: false,
     });
     while queue.workers < WORKERS {
         match background::spawn(format!("rbd-purge-{}", queue.workers), run) {
@@ -166,7 +168,16 @@ fn run() {
             Some(i) if queue.pending[i].due <= now => {
                 let pending = queue.pending.swap_remove(i);
                 drop(guard);
-                let again = attempt(pending);
+                // A panic loses that job (its entry stays, with its mark, for the sweep), never
+                // the thread.
+                let again =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| attempt(pending)))
+                        .unwrap_or_else(|_| {
+                            log::error!(
+                                "removing the data of a deleted image panicked: left to the sweep"
+                            );
+                            None
+                        });
                 guard = sync::lock(&QUEUE);
                 if let (Some(again), Some(queue)) = (again, guard.as_mut()) {
                     queue.pending.push(again);
@@ -238,16 +249,27 @@ fn attempt(mut pending: Pending) -> Option<Pending> {
         Tried::Failed(err) => {
             let now_or_never = matches!(err.errno(), Some(libc::EPERM | libc::EACCES));
             if err.errno() == Some(libc::ESHUTDOWN) {
-                log::warn!(
-                    "the Ceph client ({}) removing the data of deleted {target} (trash id {}) \
-                     was fenced, blocklisted by the cluster (`ceph osd blocklist ls` lists it): \
-                     connecting again",
-                    job.ioctx.cluster().entity(),
-                    job.id
-                );
+                let again = std::mem::replace(&mut pending.fenced, true);
+                if again {
+                    log::debug!("{err}: connecting again");
+                } else {
+                    log::warn!(
+                        "the Ceph client ({}) removing the data of deleted {target} (trash id \
+                         {}) was fenced, blocklisted by the cluster (`ceph osd blocklist ls` \
+                         lists it): connecting again",
+                        job.ioctx.cluster().entity(),
+                        job.id
+                    );
+                }
                 if let Some(ioctx) = reconnect(job) {
                     pending.job.ioctx = ioctx;
+                    // The first time, at once; a new client fenced again (its host's address
+                    // blocklisted) waits its turn, as any failure.
                     pending.due = Instant::now();
+                    if again {
+                        pending.due += pending.delay;
+                        pending.delay = (pending.delay * 2).min(LAST_RETRY);
+                    }
                     return give_up_if_due(pending);
                 }
             } else if !pending.warned && (now_or_never || job.deleted.elapsed() >= WARN_AFTER) {
@@ -283,22 +305,20 @@ fn give_up_if_due(pending: Pending) -> Option<Pending> {
     if pending.tries < MAX_TRIES && job.deleted.elapsed() < GIVE_UP_AFTER {
         return Some(pending);
     }
-    let given_up = job
-        .mark
-        .as_deref()
-        .is_some_and(|mark| super::give_up(&job.ioctx, &job.name, &job.id, mark, unix_now()));
+    let left = match job.mark.as_deref() {
+        None => "without a mark `glance-rbd-native sweep` would know; `rbd trash rm` removes it",
+        Some(mark) if super::give_up(&job.ioctx, &job.name, &job.id, mark, unix_now()) => {
+            "its mark saying so; `glance-rbd-native sweep --remove` removes it"
+        }
+        Some(_) => "`glance-rbd-native sweep --remove` removes it once this process is gone",
+    };
     log::warn!(
-        "gave up removing the data of deleted {} (trash id {}) after {} tries in {:.0} s{}",
+        "gave up removing the data of deleted {} (trash id {}) after {} tries in {:.0} s: it \
+         stays in the pool's trash, {left}",
         job.ioctx.target(&job.name),
         job.id,
         pending.tries,
         job.deleted.elapsed().as_secs_f64(),
-        if given_up {
-            ": it stays in the pool's trash; `glance-rbd-native sweep --remove` removes it"
-        } else {
-            ": it stays in the pool's trash, without a mark `glance-rbd-native sweep` would \
-             know; `rbd trash rm` removes it"
-        }
     );
     None
 }
@@ -313,7 +333,7 @@ fn reconnect(job: &Job) -> Option<Arc<IoCtx>> {
     {
         Ok(ioctx) => Some(Arc::new(ioctx)),
         Err(err) => {
-            log::warn!("{err}: removing the data of trash entry {} later", job.id);
+            log::debug!("{err}: removing the data of trash entry {} later", job.id);
             None
         }
     }

@@ -230,5 +230,6 @@ def is_glances(snap: dict[str, Any], ours: Optional[str]) -> bool:
         return False
     namespace = snap.get("namespace", rbd.RBD_SNAP_NAMESPACE_TYPE_USER)
     if namespace == rbd.RBD_SNAP_NAMESPACE_TYPE_TRASH:
-        return bool(snap.get("trash", {}).get("original_name") == ours)
+        # None where librbd could not say (the snapshot went meanwhile).
+        return bool((snap.get("trash") or {}).get("original_name") == ours)
     return bool(namespace == rbd.RBD_SNAP_NAMESPACE_TYPE_USER and snap["name"] == ours)

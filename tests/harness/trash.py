@@ -1,0 +1,49 @@
+"""The pool's trash and the native delete's index of deletions, as the tests look at them, and
+a client that holds a deleted image open in the trash."""
+
+import contextlib
+import json
+import time
+
+import rados
+import rbd
+
+# The index object of the native deletes in progress (core/src/delete/mod.rs).
+DELETES = "glance_rbd_native.deletes"
+
+
+def ids(ioctx) -> set:
+    return {entry["id"] for entry in rbd.RBD().trash_list(ioctx)}
+
+
+def names(ioctx) -> dict:
+    """{image name: trash id} of the pool's trash."""
+    return {entry["name"]: entry["id"] for entry in rbd.RBD().trash_list(ioctx)}
+
+
+def marked(ioctx) -> dict:
+    """{trash id: mark} of the pool's index of deletions."""
+    with rados.ReadOpCtx() as op:
+        values, _ = ioctx.get_omap_vals(op, "", "", 10000)
+        try:
+            ioctx.operate_read_op(op, DELETES)
+        except rados.ObjectNotFound:
+            return {}
+        return {key: json.loads(value) for key, value in values}
+
+
+def hold(ioctx, trash_id) -> rbd.Image | None:
+    """Trash entry `trash_id` opened (with a watch, as a reader that had it open when it moved),
+    once it is proved to come before its purge's removal: the entry is still there 2 s later,
+    when the removal of a small image that had passed its check of watchers would be over. None
+    if the purge came first (the caller tries with another image)."""
+    try:
+        image = rbd.Image(ioctx, image_id=trash_id)
+    except rbd.ImageNotFound:
+        return None
+    time.sleep(2)
+    if trash_id in ids(ioctx):
+        return image
+    with contextlib.suppress(rbd.Error):
+        image.close()
+    return None
