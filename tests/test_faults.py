@@ -187,6 +187,28 @@ def test_osd_stopped_mid_upload_errors_within_the_timeout_then_cleans_up(
     assert records[0].thread == threading.get_ident()
 
 
+def test_a_leftover_closed_while_the_osd_stays_down_is_removed_once_it_is_back(
+    cluster, clean_pool, osd_stopped, caplog
+):
+    """The janitor closes the partial image at once. With the OSD down for longer than the
+    operation timeout, the close cannot release the image's exclusive lock, which stays with
+    this process's client; librbd then takes that lock's owner for alive (a watch of its address
+    is there: the remover's own) and refuses the removal for as long as the client lives. The
+    janitor breaks that lock of its own, and the image goes once the OSD is back."""
+    caplog.set_level(logging.INFO, logger="glance_rbd_native")
+    glance_rbd_native.patch()
+    name = new_name("osd-down-long")
+    store = make_store(cluster, chunk_mib=1, timeout=5)
+    source = StopsOsdAfter(cluster, data_of(16 * MiB), after=4 * MiB)
+    with pytest.raises(glance_rbd_native.TimedOut):
+        store.add(name, source, 0, "sha512")
+    time.sleep(20)  # the janitor's close gives up on the OSD
+    cluster.start_osd()
+    assert wait_for(lambda: name not in clean_pool.names(), timeout=90), (
+        "the partial image was not removed once the OSD was back"
+    )
+
+
 # About 45 s, most of it the OSD's watch timeout lapsing before the image can be removed.
 @pytest.mark.load
 def test_osd_stopped_mid_read_errors_within_the_timeout(

@@ -27,6 +27,15 @@ pub trait Pool: Send + Sync + 'static {
     /// `id` (ESTALE if the name is another image's now; ENOENT if there is none).
     fn remove(&self, name: &str, id: &str, snapshot: Option<&str>) -> Result<()>;
 
+    /// Breaks the locks on the header of image `id` that this very client holds, and only
+    /// those: left by a close that could not release them while the cluster was away, they
+    /// would refuse its removal for as long as this client lives (librbd takes a lock's owner
+    /// for alive while any watch of its address is there, the remover's own included). How
+    /// many it broke.
+    fn break_own_locks(&self, _id: &str) -> Result<usize> {
+        Ok(0)
+    }
+
     /// Asks the cluster for the header of image `id`, blocking: 0, or the negative errno of the
     /// answer (a fenced client hears ESHUTDOWN, a removed image has none: ENOENT).
     fn probe(&self, id: &str) -> i32;

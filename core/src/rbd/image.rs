@@ -66,6 +66,76 @@ pub(crate) fn remove(ioctx: &IoCtx, name: &str, id: &str) -> Result<()> {
     check(ret.into(), Op::Remove, &target).map(drop)
 }
 
+/// Breaks the locks librbd's exclusive lock (`rbd_lock`) holds on the header of image `id` for
+/// this very client (`client.<its instance id>`), never another's; how many.
+pub(crate) fn break_own_locks(ioctx: &IoCtx, id: &str) -> Result<usize> {
+    let target = ioctx.target(id);
+    let object = cstring(&format!("rbd_header.{id}"))?;
+    let lock = cstring("rbd_lock")?;
+    let own = format!("client.{}", ioctx.cluster().instance_id());
+    let mut lens = [256usize; 4];
+    let (clients, cookies) = loop {
+        let mut bufs = lens.map(|len| vec![0u8; len]);
+        let mut exclusive = 0;
+        let [tag, clients, cookies, addrs] = &mut bufs;
+        let [tag_len, clients_len, cookies_len, addrs_len] = &mut lens;
+        // SAFETY: the ioctx is live; object and lock are NUL-terminated; each buffer is
+        // writable for the length given with it, which librados sets to what it used or needs.
+        let ret = unsafe {
+            ceph::rados::rados_list_lockers(
+                ioctx.handle(),
+                object.as_ptr(),
+                lock.as_ptr(),
+                &mut exclusive,
+                tag.as_mut_ptr().cast(),
+                tag_len,
+                clients.as_mut_ptr().cast(),
+                clients_len,
+                cookies.as_mut_ptr().cast(),
+                cookies_len,
+                addrs.as_mut_ptr().cast(),
+                addrs_len,
+            )
+        };
+        if ret == -(libc::ERANGE as isize) {
+            continue; // lens now say what is needed
+        }
+        if ret == -(libc::ENOENT as isize) {
+            return Ok(0);
+        }
+        check(ret as i64, Op::Remove, &target)?;
+        let [_, clients, cookies, _] = bufs;
+        break (clients, cookies);
+    };
+    let strings = |buf: &[u8]| -> Vec<CString> {
+        buf.split(|&b| b == 0)
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| CString::new(s).ok())
+            .collect()
+    };
+    let mut broken = 0;
+    for (client, cookie) in strings(&clients).iter().zip(strings(&cookies).iter()) {
+        if client.as_bytes() != own.as_bytes() {
+            continue;
+        }
+        // SAFETY: as above; client and cookie are NUL-terminated.
+        let ret = unsafe {
+            ceph::rados::rados_break_lock(
+                ioctx.handle(),
+                object.as_ptr(),
+                lock.as_ptr(),
+                client.as_ptr(),
+                cookie.as_ptr(),
+            )
+        };
+        if ret != -libc::ENOENT {
+            check(ret.into(), Op::Remove, &target)?;
+            broken += 1;
+        }
+    }
+    Ok(broken)
+}
+
 /// Moves image `name` to the pool's trash, removable at once (no deferment).
 pub(crate) fn trash_move(ioctx: &IoCtx, name: &str) -> Result<()> {
     let name_c = cstring(name)?;

@@ -73,6 +73,10 @@ impl io::Pool for RbdPool {
         image::remove_with_snapshot(&self.ioctx, name, id, snapshot)
     }
 
+    fn break_own_locks(&self, id: &str) -> Result<usize> {
+        image::break_own_locks(&self.ioctx, id)
+    }
+
     fn probe(&self, id: &str) -> i32 {
         let Ok(header) = CString::new(format!("rbd_header.{id}")) else {
             return 0;

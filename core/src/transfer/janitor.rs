@@ -96,6 +96,16 @@ fn run(queue: Receiver<Leftover>) {
             let (pool, name) = (leftover.mark.pool(), leftover.mark.image());
             let target = pool.target(name);
             let snapshot = leftover.snapshot.as_deref();
+            // Its own handle is closed: a lock of this client's on it is one that close could
+            // not release (the cluster was away), which would refuse the removal for good.
+            match pool.break_own_locks(&leftover.id) {
+                Ok(0) => {}
+                Ok(broken) => log::info!(
+                    "broke {broken} lock of this process's own on partial {target}, left by a \
+                     close while the cluster was away"
+                ),
+                Err(err) => log::debug!("{err}"),
+            }
             let removed = pool.remove(name, &leftover.id, snapshot);
             match removed {
                 Ok(()) => {
