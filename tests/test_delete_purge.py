@@ -109,15 +109,16 @@ def held_in_the_trash(images, user, conf, stack):
     (`trash.hold`): its trash id. Its purge removes glance's snapshot first, which waits for the
     monitors, so the open nearly always comes before the removal; when it does not, another
     image is tried."""
-    for _ in range(3):
+
+    def delete():
         name = images.store(new_name("held"), data_of(4 * MiB))
         trash_id, purging = _delete_image(images.pool, name, SNAP, conffile=str(conf), user=user)
         assert purging
-        held = trash.hold(images.ioctx, trash_id)
-        if held is not None:
-            stack.enter_context(held)
-            return trash_id
-    raise AssertionError("the purge removed each of 3 images before it could be held open")
+        return trash_id
+
+    trash_id, held = trash.held_after(images.ioctx, delete)
+    stack.enter_context(held)
+    return trash_id
 
 
 def test_entries_held_open_delay_no_other_and_go_once_let_go(managed, caplog):
@@ -240,16 +241,17 @@ def test_a_worker_that_makes_no_more_native_calls_logs_the_warning(managed):
     call after its delete still writes the WARNING of an entry held open within a minute."""
     conf = managed.user("quiet", mon="profile rbd", osd=f"profile rbd pool={managed.pool}")
     with contextlib.closing(Images(managed)) as images, contextlib.ExitStack() as stack:
-        for _ in range(3):  # another image when the purge comes before the hold (trash.hold)
+        latest = {}
+
+        def delete():
             deleter = QuietDeleter(managed, conf, images.store(new_name("quiet"), data_of(4 * MiB)))
             stack.callback(deleter.stop)
             trash_id = deleter.trash_id()
-            deleted = time.monotonic()
-            held = trash.hold(images.ioctx, trash_id)
-            if held is not None:
-                break
-        else:
-            raise AssertionError("the purge removed each of 3 images before it could be held")
+            latest.update(deleter=deleter, deleted=time.monotonic())
+            return trash_id
+
+        trash_id, held = trash.held_after(images.ioctx, delete)
+        deleter, deleted = latest["deleter"], latest["deleted"]
         with held:
             said = wait_for(
                 deleter.warnings, timeout=60, what="the WARNING of the held entry in its log"

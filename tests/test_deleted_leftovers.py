@@ -101,6 +101,15 @@ def killed_mid_purge(cluster, images):
     return name, trash_id
 
 
+def in_the_trash(images, label):
+    """A stored image, its snapshot removed, moved to the trash as a delete moves it (no
+    deferment): its name and trash id."""
+    name = images.store(new_name(label), data_of(MiB))
+    images.remove_snapshots(name)
+    rbd.RBD().trash_move(images.ioctx, name, 0)
+    return name, trash_names(images)[name]
+
+
 def mark_as_by_a_dead_process(images, name, image_id, snapshot=None):
     """A deletion mark for trash entry `image_id`, as the native delete writes one, of a process
     of this host that is gone (its start time is no process's); naming the `snapshot` that moved
@@ -208,15 +217,8 @@ def test_the_sweep_removes_glances_snapshot_first_and_no_other(clean_pool, conf_
             ("user", "user-snap"),
         ]
     finally:
-        for name, trash_id in entries.values():
-            if name in trash_names(clean_pool):
-                with rbd.Image(clean_pool.ioctx, image_id=trash_id) as image:
-                    for snap in list(image.list_snaps()):
-                        image.remove_snap(snap["name"])
-                rbd.RBD().trash_remove(clean_pool.ioctx, trash_id, force=True)
-            with rados.WriteOpCtx() as op:
-                clean_pool.ioctx.remove_omap_keys(op, (trash_id,))
-                clean_pool.ioctx.operate_write_op(op, DELETES)
+        for _, trash_id in entries.values():
+            trash.discard(clean_pool.ioctx, trash_id)
 
 
 def test_a_delete_killed_mid_purge_is_finished_by_the_sweep(cluster, clean_pool, conf_file):
@@ -231,23 +233,13 @@ def test_a_delete_killed_mid_purge_is_finished_by_the_sweep(cluster, clean_pool,
         assert trash_id not in trash_names(clean_pool).values()
         assert trash_id not in marked(clean_pool)
     finally:
-        if trash_id in trash_names(clean_pool).values():
-            with rbd.Image(clean_pool.ioctx, image_id=trash_id) as image:
-                for snap in list(image.list_snaps()):
-                    image.remove_snap_by_id(snap["id"])
-            rbd.RBD().trash_remove(clean_pool.ioctx, trash_id, force=True)
-        with rados.WriteOpCtx() as op:
-            clean_pool.ioctx.remove_omap_keys(op, (trash_id,))
-            clean_pool.ioctx.operate_write_op(op, DELETES)
+        trash.discard(clean_pool.ioctx, trash_id)
 
 
 def test_the_sweep_exits_1_while_an_entry_it_would_purge_is_held(clean_pool, conf_file):
     """An entry whose deleter is gone, held open by a client: `sweep --remove` keeps it, names
     it and exits 1, in text and in JSON; once it is let go, the next sweep purges it, exit 0."""
-    name = clean_pool.store(new_name("held"), data_of(MiB))
-    clean_pool.remove_snapshots(name)
-    rbd.RBD().trash_move(clean_pool.ioctx, name, 0)
-    trash_id = trash_names(clean_pool)[name]
+    name, trash_id = in_the_trash(clean_pool, "held")
     mark_as_by_a_dead_process(clean_pool, name, trash_id)
     try:
         with rbd.Image(clean_pool.ioctx, image_id=trash_id):  # open: a watch on it
@@ -273,11 +265,7 @@ def test_the_sweep_exits_1_while_an_entry_it_would_purge_is_held(clean_pool, con
         assert trash_id not in trash_names(clean_pool).values()
         assert trash_id not in marked(clean_pool)
     finally:
-        if trash_id in trash_names(clean_pool).values():
-            rbd.RBD().trash_remove(clean_pool.ioctx, trash_id, force=True)
-        with rados.WriteOpCtx() as op:
-            clean_pool.ioctx.remove_omap_keys(op, (trash_id,))
-            clean_pool.ioctx.operate_write_op(op, DELETES)
+        trash.discard(clean_pool.ioctx, trash_id)
 
 
 def mark_as_by_this_process(images, name, image_id, **extra):
@@ -298,10 +286,7 @@ def mark_as_by_this_process(images, name, image_id, **extra):
 def test_a_delete_its_deleter_gave_up_is_purged_while_it_runs(clean_pool, conf_file):
     """A purge whose tries are over says so in the mark (`given_up`): the sweep removes that
     entry although its deleter runs."""
-    name = clean_pool.store(new_name("given-up"), data_of(MiB))
-    clean_pool.remove_snapshots(name)
-    rbd.RBD().trash_move(clean_pool.ioctx, name, 0)
-    trash_id = trash_names(clean_pool)[name]
+    name, trash_id = in_the_trash(clean_pool, "given-up")
     mark_as_by_this_process(clean_pool, name, trash_id, given_up=time.time() - 5)
     try:
         found = listed(conf_file, "status")[name]
@@ -310,19 +295,12 @@ def test_a_delete_its_deleter_gave_up_is_purged_while_it_runs(clean_pool, conf_f
         assert trash_id not in trash_names(clean_pool).values()
         assert trash_id not in marked(clean_pool)
     finally:
-        if trash_id in trash_names(clean_pool).values():
-            rbd.RBD().trash_remove(clean_pool.ioctx, trash_id, force=True)
-        with rados.WriteOpCtx() as op:
-            clean_pool.ioctx.remove_omap_keys(op, (trash_id,))
-            clean_pool.ioctx.operate_write_op(op, DELETES)
+        trash.discard(clean_pool.ioctx, trash_id)
 
 
 def test_a_deleter_that_runs_is_left_alone(cluster, clean_pool, conf_file):
     """A mark whose deleter runs (this process): listed as deleting, never purged."""
-    name = clean_pool.store(new_name("deleting"), data_of(MiB))
-    clean_pool.remove_snapshots(name)
-    rbd.RBD().trash_move(clean_pool.ioctx, name, 0)
-    trash_id = trash_names(clean_pool)[name]
+    name, trash_id = in_the_trash(clean_pool, "deleting")
     mark_as_by_this_process(clean_pool, name, trash_id)
     try:
         assert listed(conf_file, "status")[name]["state"] == "deleting"

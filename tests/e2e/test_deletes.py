@@ -126,22 +126,22 @@ def test_an_entry_held_open_is_a_warning_in_glances_log(servers, server, clean_p
     within a minute of the DELETE, though the worker serves no request after it; let go, its
     trash entry and its mark go."""
     api = servers[server]
-    for attempt in range(3):  # another image when the purge comes before the hold
-        image_id = api.create_image(f"held delete {attempt}")
+    deleted = {}
+
+    def delete():
+        image_id = api.create_image("held delete")
         data = os.urandom(8 * MiB)
         status, out = api.upload(image_id, iter([data]), size=len(data))
         assert status == 204, out[:500]
         rbd_id = _rbd_id(clean_pool, image_id)
         status, out = api.request("DELETE", f"/v2/images/{image_id}")
         assert status == 204, out[:500]
-        deleted = time.monotonic()
-        # Opened as it reaches the trash, as a reader that had it open when it moved: its purge
-        # removes glance's snapshot first, which waits for the monitors.
-        held = trash.hold(clean_pool.ioctx, rbd_id)
-        if held is not None:
-            break
-    else:
-        raise AssertionError("the purge removed each of 3 images before it could be held")
+        deleted["at"] = time.monotonic()
+        return rbd_id
+
+    # Opened as it reaches the trash, as a reader that had it open when it moved: its purge
+    # removes glance's snapshot first, which waits for the monitors.
+    rbd_id, held = trash.held_after(clean_pool.ioctx, delete)
     with held:
         said = wait_for(
             lambda: [
@@ -152,7 +152,7 @@ def test_an_entry_held_open_is_a_warning_in_glances_log(servers, server, clean_p
             timeout=60,
             what="a WARNING naming the held entry in glance's log",
         )
-        print(f"\n{server}: WARNING {time.monotonic() - deleted:.1f} s after the DELETE")
+        print(f"\n{server}: WARNING {time.monotonic() - deleted['at']:.1f} s after the DELETE")
         assert "a client has it open" in said[0], said
     wait_for(
         lambda: rbd_id not in trash.ids(clean_pool.ioctx) | set(trash.marked(clean_pool.ioctx)),

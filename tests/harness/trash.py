@@ -47,3 +47,28 @@ def hold(ioctx, trash_id) -> rbd.Image | None:
     with contextlib.suppress(rbd.Error):
         image.close()
     return None
+
+
+def discard(ioctx, trash_id) -> None:
+    """A test's clean-up: trash entry `trash_id` removed if it is there (its snapshots first,
+    in any namespace), and its deletion mark dropped."""
+    if trash_id in ids(ioctx):
+        with rbd.Image(ioctx, image_id=trash_id) as image:
+            for snap in list(image.list_snaps()):
+                image.remove_snap_by_id(snap["id"])
+        rbd.RBD().trash_remove(ioctx, trash_id, force=True)
+    with rados.WriteOpCtx() as op:
+        ioctx.remove_omap_keys(op, (trash_id,))
+        ioctx.operate_write_op(op, DELETES)
+
+
+def held_after(ioctx, delete, tries=3):
+    """Calls `delete()`, which deletes an image and returns its trash id, until the entry can
+    be held open (`hold`: its purge may come first), `tries` times at most: (the trash id, the
+    open image)."""
+    for _ in range(tries):
+        trash_id = delete()
+        image = hold(ioctx, trash_id)
+        if image is not None:
+            return trash_id, image
+    raise AssertionError(f"the purge removed each of {tries} images before it could be held open")

@@ -77,6 +77,14 @@ struct Pending {
     fenced: bool,
 }
 
+impl Pending {
+    /// Its next try after its delay, which doubles up to `LAST_RETRY`.
+    fn back_off(&mut self) {
+        self.due = Instant::now() + self.delay;
+        self.delay = (self.delay * 2).min(LAST_RETRY);
+    }
+}
+
 /// What a try of one step came to.
 enum Tried {
     Next(Step),
@@ -124,14 +132,10 @@ pub(crate) fn queue(job: Job) {
         pending: Vec::new(),
         workers: 0,
     });
-    let step = if job.snapshot.is_some() {
-        Step::Snapshot
-    } else {
-        Step::Remove
-    };
     queue.pending.push(Pending {
         job,
-        step,
+        // Passed at once where there is no snapshot.
+        step: Step::Snapshot,
         due: Instant::now(),
         delay: FIRST_RETRY,
         tries: 0,
@@ -243,8 +247,7 @@ fn attempt(mut pending: Pending) -> Option<Pending> {
                     GIVE_UP_AFTER.as_secs() / 60
                 );
             }
-            pending.due = Instant::now() + pending.delay;
-            pending.delay = (pending.delay * 2).min(LAST_RETRY);
+            pending.back_off();
         }
         Tried::Failed(err) => {
             let now_or_never = matches!(err.errno(), Some(libc::EPERM | libc::EACCES));
@@ -265,10 +268,10 @@ fn attempt(mut pending: Pending) -> Option<Pending> {
                     pending.job.ioctx = ioctx;
                     // The first time, at once; a new client fenced again (its host's address
                     // blocklisted) waits its turn, as any failure.
-                    pending.due = Instant::now();
                     if again {
-                        pending.due += pending.delay;
-                        pending.delay = (pending.delay * 2).min(LAST_RETRY);
+                        pending.back_off();
+                    } else {
+                        pending.due = Instant::now();
                     }
                     return give_up_if_due(pending);
                 }
@@ -291,8 +294,7 @@ fn attempt(mut pending: Pending) -> Option<Pending> {
                 log::debug!("{err}; trying again in {} s", pending.delay.as_secs());
             }
             job.ioctx.cluster().forget_if_refused(&err);
-            pending.due = Instant::now() + pending.delay;
-            pending.delay = (pending.delay * 2).min(LAST_RETRY);
+            pending.back_off();
         }
     }
     give_up_if_due(pending)
