@@ -192,7 +192,8 @@ def test_a_leftover_closed_while_the_osd_stays_down_is_removed_once_it_is_back(
     operation timeout, the close cannot release the image's exclusive lock, which stays with
     this process's client; librbd then takes that lock's owner for alive (a watch of its address
     is there: the remover's own) and refuses the removal for as long as the client lives. The
-    janitor breaks that lock of its own, and the image goes once the OSD is back."""
+    janitor breaks that lock of its own, and the image goes once the OSD is back. Its tries
+    failing for 30 s are a WARNING in the log within 60 s of the failed upload."""
     caplog.set_level(logging.INFO, logger="glance_rbd_native")
     glance_rbd_native.patch()
     name = new_name("osd-down-long")
@@ -200,7 +201,20 @@ def test_a_leftover_closed_while_the_osd_stays_down_is_removed_once_it_is_back(
     source = StopsOsdAfter(cluster, data_of(16 * MiB), after=4 * MiB)
     with pytest.raises(glance_rbd_native.TimedOut):
         store.add(name, source, 0, "sha512")
-    time.sleep(20)  # the janitor's close gives up on the OSD
+    failed = time.monotonic()
+
+    def warned():
+        return [
+            r
+            for r in caplog.records
+            if r.levelno == logging.WARNING and "is not removed yet" in r.getMessage()
+        ]
+
+    # Meanwhile the janitor's close gives up on the OSD.
+    assert wait_for(warned, timeout=60), "no WARNING of the janitor within 60 s"
+    (record,) = warned()
+    assert name in record.getMessage() and "after its upload failed" in record.getMessage()
+    assert time.monotonic() - failed >= 30
     cluster.start_osd()
     assert wait_for(lambda: name not in clean_pool.names(), timeout=90), (
         "the partial image was not removed once the OSD was back"

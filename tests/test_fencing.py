@@ -14,8 +14,8 @@ import pytest
 import rbd
 
 from glance_rbd_native import leftovers
-from glance_rbd_native._native import Fenced, RbdReader, RbdWriter
-from tests.harness import command
+from glance_rbd_native._native import Fenced, RbdReader, RbdWriter, _delete_image
+from tests.harness import command, trash
 from tests.harness.command import OWN_PID_NAMESPACE
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.held_upload import CHECKOUT, Held
@@ -145,6 +145,27 @@ def test_a_connection_fenced_while_idle_is_replaced_by_the_next_transfer(cluster
         assert b"".join(reader) == data_of(MiB)
     for name in (first, second):
         clean_pool.remove(name)
+
+
+def test_a_delete_on_a_connection_fenced_while_idle_connects_again(cluster, clean_pool):
+    """A delete's first operation on the fenced cached connection fails: the delete runs again
+    on a new connection, within seconds, and its purge removes the data and the mark."""
+    conf = {"conffile": str(cluster.conf_path), "user": "admin"}
+    name = new_name("delete-fenced")
+    writer = RbdWriter(cluster.pool, name, 0, snapshot=SNAP, **conf)
+    addr = leftovers.marks(clean_pool.ioctx)[name].get("addr")
+    writer.write(data_of(MiB))
+    writer.finish()
+    blocklist(cluster, addr)
+    started = time.monotonic()
+    trash_id, purging = _delete_image(cluster.pool, name, SNAP, **conf)
+    took = time.monotonic() - started
+    assert purging and took < FAILS_WITHIN, f"{took:.1f} s"
+    assert name not in clean_pool.names()
+    assert wait_for(lambda: trash_id not in trash.ids(clean_pool.ioctx), 60), (
+        "the purge did not remove the data through the new connection"
+    )
+    assert trash_id not in trash.marked(clean_pool.ioctx)
 
 
 def test_a_frozen_writer_no_sweep_can_see_is_fenced_then_fails_fast(cluster, clean_pool, conf_file):

@@ -201,8 +201,20 @@ def test_a_writer_seen_gone_is_gone_without_fencing():
 
 def test_an_unseen_writer_is_alive_while_it_holds_its_watch():
     assert verdict(watchers=[WATCH], now=1000.0 + 10 * HOUR)[0] == "alive"
+    # Another client's watch is not the writer's: silent past the limit, it is fenced first.
     other = dict(WATCH, id=7)
-    assert verdict(watchers=[other], now=1000.0 + 10 * HOUR)[0] == "gone"
+    state, reason, fence = verdict(watchers=[other], now=1000.0 + 10 * HOUR)
+    assert (state, fence) == ("gone", True) and "fenced first" in reason
+
+
+def test_a_leftover_its_writer_gave_up_is_gone_while_the_writer_runs_but_not_while_it_watches():
+    given_up = mark_of(given_up=1030.0)
+    for seen in (Sight.RUNS, Sight.UNSEEN):
+        state, reason, fence = verdict(mark=given_up, sight=(seen, "pid 1 on vm"))
+        assert (state, fence) == ("gone", False) and "gave up removing it" in reason
+    state, _, fence = verdict(mark=given_up, watchers=[WATCH], sight=(Sight.RUNS, "pid 1 on vm"))
+    assert (state, fence) == ("alive", False)
+    assert verdict(mark=mark_of(given_up="soon"))[0] == "unreadable"
 
 
 def test_an_unseen_silent_writer_is_kept_until_the_limit_then_fenced():

@@ -1,9 +1,11 @@
-//! The image I/O the transfer core runs on: a pool of images (`Pool`), an image open for
-//! writing or reading (`Image`), and an operation in flight on it (`Pending`). librbd is one
-//! implementation (`rbd::pool`); an in-memory one, whose faults a test chooses (`memory`), is
-//! the other, so that uploads, downloads, the bound and every abort path run in `cargo test`.
+//! The image I/O the transfers and the deletes run on: a pool of images and its trash (`Pool`),
+//! an image open for writing or reading (`Image`), and an operation in flight on it
+//! (`Pending`). librbd is one implementation (`rbd::pool`); an in-memory one, whose faults a
+//! test chooses (`memory`), is the other, so that uploads, downloads, the bound, every abort
+//! path, deletes and their purge run in `cargo test`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::{Error, Op, Result, Target};
 use crate::wait::Poll;
@@ -57,6 +59,58 @@ pub trait Pool: Send + Sync + 'static {
     /// The same pool through a new connection, in place of this one, which was fenced: for the
     /// clean-up of its transfer.
     fn reconnect(&self) -> Result<Arc<dyn Pool>>;
+
+    // Images as a delete uses them (`delete`).
+
+    /// Unprotects snapshot `snap` of image `name`: EBUSY if it has clones, and with
+    /// `clones_first` before trying (as glance_store up to 4.3.1 does); EINVAL if it is not
+    /// protected; ENOENT if there is no such snapshot, or no such image.
+    fn snap_unprotect(&self, name: &str, snap: &str, clones_first: bool) -> Result<()>;
+
+    /// Removes snapshot `snap` (unprotected) of image `name`: ENOENT if there is none.
+    fn snap_remove(&self, name: &str, snap: &str) -> Result<()>;
+
+    /// Image `name` as a delete judges it, looked at without a watch of its own.
+    fn inspect(&self, name: &str) -> Result<Inspected>;
+
+    /// Moves image `name` to the pool's trash, removable at once.
+    fn trash_move(&self, name: &str) -> Result<()>;
+
+    // The pool's trash, as the purge of a delete uses it (`delete::purge`).
+
+    /// Removes snapshot `snap` of trash entry `id` (image `name`): its data cannot go with
+    /// snapshots left. ENOENT if it has no such snapshot, or there is no such entry.
+    fn trash_snap_remove(&self, name: &str, id: &str, snap: &str) -> Result<()>;
+
+    /// Removes trash entry `id` (image `name`) and its data: EBUSY while a client still has it
+    /// open, ENOENT once it is gone.
+    fn trash_remove(&self, name: &str, id: &str) -> Result<()>;
+
+    /// Whether trash entry `id` is there: false only on the answer that there is none; no
+    /// answer (a timeout, a fenced client) is its negative errno, no proof either way.
+    fn in_trash(&self, id: &str) -> std::result::Result<bool, i32>;
+
+    /// Hands the removal of trash entry `id` to the Ceph manager's task queue (`rbd task add
+    /// trash remove`), waiting `wait` at most for its answer: if it did not take it, the
+    /// negative errno and the status text it (or the connect) gave.
+    fn manager_trash_remove(
+        &self,
+        id: &str,
+        wait: Duration,
+    ) -> std::result::Result<(), (i32, String)>;
+
+    /// This connection's user: its entity (`client.glance`), and the cluster's fsid with it
+    /// (what names one user across connections).
+    fn user(&self) -> (String, String);
+}
+
+/// An image as a delete judges it (`Pool::inspect`).
+pub struct Inspected {
+    pub id: String,
+    /// Its snapshots (the users', in librbd's default namespace).
+    pub snapshots: usize,
+    /// The clients that watch it: its readers and writers.
+    pub watchers: usize,
 }
 
 /// A change of `key` in the omap of `object` (`Pool::omap_write`).

@@ -11,6 +11,7 @@ pub mod io;
 #[cfg(test)]
 mod memory;
 pub mod rbd;
+mod schedule;
 pub mod sync;
 pub mod transfer;
 pub mod wait;

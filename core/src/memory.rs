@@ -1,10 +1,12 @@
-//! An in-memory cluster for `cargo test`: the image I/O of the transfer core (`io`) with the
-//! faults a test chooses, so that uploads, downloads, the bound and every abort path run in
-//! seconds, with no Ceph. The real cluster stays the proof (tests/, against a throwaway one);
-//! this is the loop.
+//! An in-memory cluster for `cargo test`: the image I/O of the transfer core and the deletes
+//! (`io`) with the faults a test chooses, so that uploads, downloads, the bound, every abort
+//! path, deletes and their purge run in seconds, with no Ceph. The real cluster stays the proof
+//! (tests/, against a throwaway one); this is the loop.
 //!
-//! What it models of librbd and librados, and no more: images with ids, sizes and snapshots,
-//! removal by id (ESTALE for a name taken by another image), conditional omap entries, one
+//! What it models of librbd and librados, and no more: images with ids, sizes and snapshots
+//! (protected, with clones), removal by id (ESTALE for a name taken by another image), the
+//! trash (an entry a client holds open refuses its removal), the manager's task queue (which
+//! takes a removal, refuses it, or does not answer), conditional omap entries, one
 //! client per connection (a new one after `fence`), and operations in flight that complete at
 //! once, after a delay, with an error, or not at all until released. A fenced client's
 //! operations go unanswered, as they do behind an exclusive lock it cannot take back; its probe
@@ -12,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Op, Result, Target};
 use crate::io::{self, Image, OmapChange, OmapWrite, Pool};
@@ -37,6 +39,11 @@ pub(crate) struct Faults {
     pub(crate) snapshot_error: Option<i32>,
     /// The next removals fail with these, in turn.
     pub(crate) remove_errors: Vec<i32>,
+    /// The Ceph manager's answer to a removal handed to it: None takes it, and removes the
+    /// entry `manager_takes` later once no client has it open; an errno does not (ETIMEDOUT:
+    /// no manager answers; EACCES: the user's caps do not allow it).
+    pub(crate) manager_error: Option<i32>,
+    pub(crate) manager_takes: Duration,
 }
 
 /// What the operations did, for the tests' assertions.
@@ -47,6 +54,9 @@ pub(crate) struct Counts {
     pub(crate) resizes: usize,
     /// The most bytes written and not yet answered at any moment.
     pub(crate) most_in_flight: usize,
+    /// Removals asked of the manager, taken or not; trash entries removed by the process.
+    pub(crate) manager_asked: usize,
+    pub(crate) trash_removals: usize,
 }
 
 struct Stored {
@@ -70,7 +80,15 @@ struct Held {
 
 #[derive(Default)]
 struct State {
+    /// Which cluster: the fsid of its users.
+    fsid: String,
     images: HashMap<String, Stored>,
+    /// id -> (name, image): what a delete moved to the trash.
+    trash: HashMap<String, (String, Stored)>,
+    /// (image, snapshot) of the snapshots that have clones.
+    clones: Vec<(String, String)>,
+    /// The removals the manager took: (trash id, when it removes it).
+    manager_tasks: Vec<(String, Instant)>,
     next_id: u64,
     /// (object, key) -> value
     omap: HashMap<(String, String), String>,
@@ -84,6 +102,22 @@ struct State {
 }
 
 impl State {
+    /// Runs the manager's removals that are due, unless a client has their entry open.
+    fn run_manager_tasks(&mut self) {
+        let now = Instant::now();
+        let (trash, fenced) = (&mut self.trash, &self.fenced);
+        self.manager_tasks.retain(|(id, due)| {
+            let Some((_, image)) = trash.get(id) else {
+                return false;
+            };
+            if *due > now || image.open.iter().any(|c| !fenced.contains(c)) {
+                return true;
+            }
+            trash.remove(id);
+            false
+        });
+    }
+
     /// Blocklists `client`; the next connection is a new client.
     fn fence_client(&mut self, client: u64) {
         if !self.fenced.contains(&client) {
@@ -110,9 +144,57 @@ pub(crate) struct Memory {
 
 impl Memory {
     pub(crate) fn new() -> Memory {
+        static CLUSTERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let memory = Memory::default();
-        memory.state().client = 1;
+        let mut state = memory.state();
+        state.client = 1;
+        let n = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        state.fsid = format!("memory-{n}");
+        drop(state);
         memory
+    }
+
+    /// Moves image `name` to the trash, as a delete does: its id.
+    pub(crate) fn trash_move(&self, name: &str) -> String {
+        let mut state = self.state();
+        let image = state.images.remove(name).expect("an image to move");
+        let id = image.id.clone();
+        state.trash.insert(id.clone(), (name.to_owned(), image));
+        id
+    }
+
+    /// Marks snapshot `snap` of image `name` as having a clone.
+    pub(crate) fn clone_from(&self, name: &str, snap: &str) {
+        self.state().clones.push((name.to_owned(), snap.to_owned()));
+    }
+
+    /// The ids in the trash, sorted.
+    pub(crate) fn trash(&self) -> Vec<String> {
+        let mut state = self.state();
+        state.run_manager_tasks();
+        let mut ids: Vec<String> = state.trash.keys().cloned().collect();
+        ids.sort();
+        ids
+    }
+
+    /// Trash entry `id` opened by another client (a reader that had it open when it moved), or
+    /// let go.
+    pub(crate) fn hold(&self, id: &str, held: bool) {
+        const READER: u64 = u64::MAX;
+        let mut state = self.state();
+        let (_, image) = state.trash.get_mut(id).expect("a trash entry");
+        image.open.retain(|&client| client != READER);
+        if held {
+            image.open.push(READER);
+        }
+    }
+
+    /// Adds snapshot `snap` to image `name`, `protected` or not.
+    pub(crate) fn snapshot(&self, name: &str, snap: &str, protected: bool) {
+        let mut state = self.state();
+        let image = state.images.get_mut(name).expect("an image");
+        let copy = (image.size, image.data.clone(), protected);
+        image.snapshots.insert(snap.to_owned(), copy);
     }
 
     /// Pool `name` through the current connection.
@@ -216,6 +298,15 @@ impl Memory {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         sync::lock(&self.shared.state)
+    }
+}
+
+/// Waits until `done`, polling: a test fails naming `what` after `within`.
+pub(crate) fn wait_for(what: &str, within: Duration, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -382,6 +473,145 @@ impl Pool for MemoryPool {
 
     fn reconnect(&self) -> Result<Arc<dyn Pool>> {
         Ok(self.memory.pool(&self.name))
+    }
+
+    fn snap_unprotect(&self, name: &str, snap: &str, _clones_first: bool) -> Result<()> {
+        let mut state = self.memory.state();
+        if self.fenced(&state) {
+            return Err(self.error(Op::UnprotectSnapshot, name, libc::ESHUTDOWN));
+        }
+        let cloned = state.clones.contains(&(name.to_owned(), snap.to_owned()));
+        let Some(image) = state.images.get_mut(name) else {
+            return Err(self.error(Op::Open, name, libc::ENOENT));
+        };
+        let errno = match image.snapshots.get_mut(snap) {
+            None => libc::ENOENT,
+            Some(_) if cloned => libc::EBUSY,
+            Some((_, _, protected)) if !*protected => libc::EINVAL,
+            Some((_, _, protected)) => {
+                *protected = false;
+                return Ok(());
+            }
+        };
+        Err(self.error(Op::UnprotectSnapshot, name, errno))
+    }
+
+    fn snap_remove(&self, name: &str, snap: &str) -> Result<()> {
+        let mut state = self.memory.state();
+        if self.fenced(&state) {
+            return Err(self.error(Op::RemoveSnapshot, name, libc::ESHUTDOWN));
+        }
+        let Some(image) = state.images.get_mut(name) else {
+            return Err(self.error(Op::Open, name, libc::ENOENT));
+        };
+        let errno = match image.snapshots.get(snap) {
+            None => libc::ENOENT,
+            Some((_, _, true)) => libc::EBUSY,
+            Some(_) => {
+                image.snapshots.remove(snap);
+                return Ok(());
+            }
+        };
+        Err(self.error(Op::RemoveSnapshot, name, errno))
+    }
+
+    fn inspect(&self, name: &str) -> Result<io::Inspected> {
+        let state = self.memory.state();
+        if self.fenced(&state) {
+            return Err(self.error(Op::Open, name, libc::ESHUTDOWN));
+        }
+        let Some(image) = state.images.get(name) else {
+            return Err(self.error(Op::Open, name, libc::ENOENT));
+        };
+        Ok(io::Inspected {
+            id: image.id.clone(),
+            snapshots: image.snapshots.len(),
+            watchers: image
+                .open
+                .iter()
+                .filter(|client| !state.fenced.contains(client))
+                .count(),
+        })
+    }
+
+    fn trash_move(&self, name: &str) -> Result<()> {
+        let mut state = self.memory.state();
+        if self.fenced(&state) {
+            return Err(self.error(Op::MoveToTrash, name, libc::ESHUTDOWN));
+        }
+        let Some(image) = state.images.remove(name) else {
+            return Err(self.error(Op::MoveToTrash, name, libc::ENOENT));
+        };
+        state
+            .trash
+            .insert(image.id.clone(), (name.to_owned(), image));
+        Ok(())
+    }
+
+    fn trash_snap_remove(&self, name: &str, id: &str, snap: &str) -> Result<()> {
+        let mut state = self.memory.state();
+        if self.fenced(&state) {
+            return Err(self.error(Op::RemoveSnapshot, name, libc::ESHUTDOWN));
+        }
+        let removed = state
+            .trash
+            .get_mut(id)
+            .and_then(|(_, image)| image.snapshots.remove(snap));
+        match removed {
+            Some(_) => Ok(()),
+            None => Err(self.error(Op::RemoveSnapshot, name, libc::ENOENT)),
+        }
+    }
+
+    fn trash_remove(&self, name: &str, id: &str) -> Result<()> {
+        let mut state = self.memory.state();
+        if self.fenced(&state) {
+            return Err(self.error(Op::Purge, name, libc::ESHUTDOWN));
+        }
+        let fenced = state.fenced.clone();
+        let Some((_, image)) = state.trash.get(id) else {
+            return Err(self.error(Op::Purge, name, libc::ENOENT));
+        };
+        if !image.snapshots.is_empty() {
+            return Err(self.error(Op::Purge, name, libc::ENOTEMPTY));
+        }
+        if image.open.iter().any(|client| !fenced.contains(client)) {
+            return Err(self.error(Op::Purge, name, libc::EBUSY));
+        }
+        state.trash.remove(id);
+        state.counts.trash_removals += 1;
+        Ok(())
+    }
+
+    fn in_trash(&self, id: &str) -> std::result::Result<bool, i32> {
+        let mut state = self.memory.state();
+        if self.fenced(&state) {
+            return Err(-libc::ESHUTDOWN);
+        }
+        state.run_manager_tasks();
+        Ok(state.trash.contains_key(id))
+    }
+
+    fn manager_trash_remove(
+        &self,
+        id: &str,
+        _wait: Duration,
+    ) -> std::result::Result<(), (i32, String)> {
+        let mut state = self.memory.state();
+        state.counts.manager_asked += 1;
+        if let Some(errno) = state.faults.manager_error {
+            return Err((
+                -errno,
+                format!("[errno {errno}] the manager did not take it"),
+            ));
+        }
+        let due = Instant::now() + state.faults.manager_takes;
+        state.manager_tasks.push((id.to_owned(), due));
+        Ok(())
+    }
+
+    fn user(&self) -> (String, String) {
+        ("client.admin".to_owned(), self.memory.state().fsid.clone())
     }
 }
 

@@ -17,7 +17,7 @@ from glance_store import exceptions
 from glance_store.i18n import _LW, _
 
 from glance_rbd_native import compat, errors, green
-from glance_rbd_native._native import NotFound, RbdError, _delete_image
+from glance_rbd_native._native import Fenced, NotFound, RbdError, _delete_image
 
 if TYPE_CHECKING:
     from glance_store.location import Location
@@ -46,6 +46,9 @@ def delete(self: compat.RbdStore, location: "Location", context: object = None) 
             )
     except NotFound as exc:
         raise exceptions.NotFound(message=_("RBD image %s does not exist") % image) from exc
+    except Fenced as exc:
+        # Fenced on a new connection too (the cached one, fenced while idle, was replaced).
+        raise errors.fenced(exc) from exc
     except RbdError as exc:
         if exc.errno == errno.EBUSY:
             LOG.warning(

@@ -11,14 +11,16 @@
 //! killed process left can be told from another tool's (`glance-rbd-native status` and `sweep`).
 
 pub(crate) mod purge;
+#[cfg(test)]
+mod scenarios;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::error::{Error, Op, Result};
-use crate::rbd::cluster::{Cluster, IoCtx};
-use crate::rbd::image::{self, Image};
-use crate::rbd::omap::{self, Entry};
+use crate::io::{OmapChange, OmapWrite, Pool};
+use crate::rbd::cluster::Cluster;
+use crate::rbd::pool::RbdPool;
 use crate::transfer::mark::{identity, json_string, unix_now};
 
 /// The index object of deletions in progress, one per pool. Its format is read by
@@ -60,27 +62,33 @@ pub fn delete(
     snapshot: Option<&str>,
     rules: Rules,
 ) -> Result<Deleted> {
-    let ioctx = Arc::new(cluster.pool(pool)?);
+    delete_in(RbdPool::open(cluster, pool)?, name, snapshot, rules)
+}
+
+/// `delete`, in `pool`.
+fn delete_in(
+    pool: Arc<dyn Pool>,
+    name: &str,
+    snapshot: Option<&str>,
+    rules: Rules,
+) -> Result<Deleted> {
     // glance's snapshot, if there is one: unprotected, still to be removed.
     let snapshot = match snapshot {
-        Some(snap) => {
-            unprotect(&Image::open(Arc::clone(&ioctx), name, None)?, snap, rules)?.then_some(snap)
-        }
+        Some(snap) => unprotect(&*pool, name, snap, rules)?.then_some(snap),
         None => None,
     };
-    let image = Image::inspect(Arc::clone(&ioctx), name)?;
-    let id = image.id()?;
-    let target = ioctx.target(name);
+    let image = pool.inspect(name)?;
+    let id = image.id;
+    let target = pool.target(name);
     let others = image
-        .snapshot_count()?
+        .snapshots
         .saturating_sub(usize::from(snapshot.is_some()));
     // `rbd remove` refuses an image that a client has open, a reader or a writer: so does this,
     // rather than move it from under them.
-    let busy = others == 0 && image.watcher_count()? > 0;
-    drop(image);
+    let busy = others == 0 && image.watchers > 0;
     if others > 0 || busy {
         if let Some(snap) = snapshot {
-            remove_snapshot(&Image::open(Arc::clone(&ioctx), name, None)?, snap)?;
+            remove_snapshot(&*pool, name, snap)?;
         }
     }
     if others > 0 {
@@ -91,26 +99,24 @@ pub fn delete(
                 -i64::from(libc::ENOTEMPTY),
             ));
         }
-        image::trash_move(&ioctx, name)?;
+        pool.trash_move(name)?;
         return Ok(Deleted::KeptInTrash { id });
     }
     if busy {
         return Err(Error::ceph(Op::Remove, &target, -i64::from(libc::EBUSY)));
     }
-    let mark = mark(&ioctx, name, &id, snapshot);
-    if let Err(err) = image::trash_move(&ioctx, name) {
+    let mark = mark(&*pool, name, &id, snapshot);
+    if let Err(err) = pool.trash_move(name) {
         if let Some(snap) = snapshot {
-            Image::open(Arc::clone(&ioctx), name, None)
-                .and_then(|image| remove_snapshot(&image, snap))
-                .unwrap_or_else(|err| log::warn!("{err}"));
+            remove_snapshot(&*pool, name, snap).unwrap_or_else(|err| log::warn!("{err}"));
         }
         if let Some(mark) = &mark {
-            unmark(&ioctx, name, &id, mark);
+            unmark(&*pool, name, &id, mark);
         }
         return Err(err);
     }
     purge::queue(purge::Job {
-        ioctx,
+        pool,
         name: name.to_owned(),
         id: id.clone(),
         snapshot: snapshot.map(str::to_owned),
@@ -120,35 +126,21 @@ pub fn delete(
     Ok(Deleted::Purging { id })
 }
 
-/// Unprotects `snap`, as stock does before removing it: one with clones is refused (EBUSY,
-/// from librbd's unprotect, or first under `refuse_clones_first`). Whether it is there.
-fn unprotect(image: &Image, snap: &str, rules: Rules) -> Result<bool> {
-    let missing = |err: &Error| err.errno() == Some(libc::ENOENT);
-    if rules.refuse_clones_first {
-        match image.has_clones(snap) {
-            Ok(true) => {
-                return Err(Error::ceph(
-                    Op::UnprotectSnapshot,
-                    image.target(),
-                    -i64::from(libc::EBUSY),
-                ));
-            }
-            Ok(false) => {}
-            Err(err) if missing(&err) => return Ok(false),
-            Err(err) => return Err(err),
-        }
-    }
-    match image.snap_unprotect(snap) {
+/// Unprotects `snap` of image `name`, as stock does before removing it: one with clones is
+/// refused (EBUSY, from librbd's unprotect, or first under `refuse_clones_first`). Whether it
+/// is there.
+fn unprotect(pool: &dyn Pool, name: &str, snap: &str, rules: Rules) -> Result<bool> {
+    match pool.snap_unprotect(name, snap, rules.refuse_clones_first) {
         // EINVAL: not protected.
         Err(err) if err.errno() == Some(libc::EINVAL) => Ok(true),
-        Err(err) if missing(&err) => Ok(false),
+        Err(err) if err.errno() == Some(libc::ENOENT) && pool.image_id(name).is_ok() => Ok(false),
         other => other.map(|()| true),
     }
 }
 
-/// Removes `snap` (unprotected); one that is not there is fine.
-pub(crate) fn remove_snapshot(image: &Image, snap: &str) -> Result<()> {
-    match image.snap_remove(snap) {
+/// Removes `snap` (unprotected) of image `name`; one that is not there is fine.
+fn remove_snapshot(pool: &dyn Pool, name: &str, snap: &str) -> Result<()> {
+    match pool.snap_remove(name, snap) {
         Err(err) if err.errno() == Some(libc::ENOENT) => Ok(()),
         other => other,
     }
@@ -158,9 +150,9 @@ pub(crate) fn remove_snapshot(image: &Image, snap: &str) -> Result<()> {
 /// it moves with the image: the JSON written, or None if it could not be (the delete goes on:
 /// without a mark, a process killed before the data is gone leaves an entry that `sweep` does
 /// not know as its own, as stock leaves one).
-fn mark(ioctx: &IoCtx, name: &str, id: &str, snapshot: Option<&str>) -> Option<String> {
-    let cluster = ioctx.cluster();
-    let mut value = identity(cluster.instance_id(), cluster.address().as_deref());
+fn mark(pool: &dyn Pool, name: &str, id: &str, snapshot: Option<&str>) -> Option<String> {
+    let (client, address) = pool.client();
+    let mut value = identity(client, address.as_deref());
     if let Some(snap) = snapshot {
         let _ = write!(value, "\"snapshot\":{},", json_string(snap));
     }
@@ -171,12 +163,15 @@ fn mark(ioctx: &IoCtx, name: &str, id: &str, snapshot: Option<&str>) -> Option<S
         json_string(id),
         unix_now()
     );
-    let entry = Entry {
-        ioctx,
+    let written = pool.omap_write(&OmapWrite {
         object: INDEX,
         key: id,
-    };
-    match omap::set(entry, &value, None, Op::MarkDelete, &ioctx.target(name)) {
+        change: OmapChange::Set(&value),
+        expect: None,
+        op: Op::MarkDelete,
+        target: &pool.target(name),
+    });
+    match written {
         Ok(()) => Some(value),
         Err(err) => {
             log::warn!(
@@ -191,23 +186,19 @@ fn mark(ioctx: &IoCtx, name: &str, id: &str, snapshot: Option<&str>) -> Option<S
 /// Says in the mark of image `id` (if it still holds `value`) that this process gave up removing
 /// its data, at `when` (seconds since the epoch): `glance-rbd-native sweep --remove` then removes
 /// it while this process runs. Whether the mark says so now.
-pub(crate) fn give_up(ioctx: &IoCtx, name: &str, id: &str, value: &str, when: f64) -> bool {
+pub(crate) fn give_up(pool: &dyn Pool, name: &str, id: &str, value: &str, when: f64) -> bool {
     let Some(fields) = value.strip_suffix('}') else {
         return false;
     };
     let given_up = format!("{fields},\"given_up\":{when:.3}}}");
-    let entry = Entry {
-        ioctx,
+    match pool.omap_write(&OmapWrite {
         object: INDEX,
         key: id,
-    };
-    match omap::set(
-        entry,
-        &given_up,
-        Some(value),
-        Op::MarkDelete,
-        &ioctx.target(name),
-    ) {
+        change: OmapChange::Set(&given_up),
+        expect: Some(value),
+        op: Op::MarkDelete,
+        target: &pool.target(name),
+    }) {
         Ok(()) => true,
         Err(err) => {
             log::warn!("{err}");
@@ -217,18 +208,20 @@ pub(crate) fn give_up(ioctx: &IoCtx, name: &str, id: &str, value: &str, when: f6
 }
 
 /// Clears the mark of image `id`, if it still holds `value`.
-pub(crate) fn unmark(ioctx: &IoCtx, name: &str, id: &str, value: &str) {
-    let entry = Entry {
-        ioctx,
+pub(crate) fn unmark(pool: &dyn Pool, name: &str, id: &str, value: &str) {
+    let target = pool.target(name);
+    match pool.omap_write(&OmapWrite {
         object: INDEX,
         key: id,
-    };
-    match omap::remove(entry, Some(value), Op::MarkDelete, &ioctx.target(name)) {
+        change: OmapChange::Remove,
+        expect: Some(value),
+        op: Op::MarkDelete,
+        target: &target,
+    }) {
         Ok(()) => {}
         Err(err) if err.errno() == Some(libc::ECANCELED) => log::info!(
-            "the deletion mark of {} (id {id}) was changed or removed by another process \
-             (`glance-rbd-native sweep`): left as it is",
-            ioctx.target(name)
+            "the deletion mark of {target} (id {id}) was changed or removed by another process \
+             (`glance-rbd-native sweep`): left as it is"
         ),
         Err(err) => log::warn!("{err}"),
     }

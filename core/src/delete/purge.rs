@@ -7,44 +7,44 @@
 //! Each job is a few steps (glance's snapshot, then the data, then, if the manager took it,
 //! a look whether it is gone), and each try of a step is short: a job that cannot go on now
 //! (a client holds the entry open, the cluster is away) is put back with a time to try again,
-//! and `WORKERS` threads take whichever job is due first, so one held entry never delays the
-//! others. A fenced connection is replaced, not retried. A job is tried for `GIVE_UP_AFTER` or
-//! `MAX_TRIES`, whichever comes first; then its mark says it was given up, and
-//! `glance-rbd-native sweep --remove` finishes it. What will not fix itself is a WARNING:
+//! and `WORKERS` threads take whichever job is due first (`schedule`), so one held entry never
+//! delays the others. A fenced connection is replaced, not retried. A job is tried for
+//! `GIVE_UP_AFTER` or `MAX_TRIES`, whichever comes first; then its mark says it was given up,
+//! and `glance-rbd-native sweep --remove` finishes it. What will not fix itself is a WARNING:
 //! a fence or a refusal at once, a removal still failing `WARN_AFTER` after its delete, a job
 //! given up.
-//! These threads never call into Python: their records wait for the next native call.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
-use crate::rbd::cluster::{IoCtx, cstring};
-use crate::rbd::image::{self, Image};
+use crate::error::{Error, Op};
+use crate::io::Pool;
+use crate::schedule::Scheduler;
 use crate::sync;
-use crate::transfer::background;
 use crate::transfer::mark::unix_now;
 
 /// Removals this process runs at once: each keeps up to librbd's `rbd_concurrent_management_ops`
 /// object removals in flight.
 const WORKERS: usize = 2;
-const FIRST_RETRY: Duration = Duration::from_secs(1);
+// (`cargo test`'s in-memory cluster answers at once: shorter waits and bounds there.)
+const FIRST_RETRY: Duration = Duration::from_millis(if cfg!(test) { 20 } else { 1000 });
 /// The longest wait between two tries: an entry let go is removed within it.
-const LAST_RETRY: Duration = Duration::from_secs(10);
+const LAST_RETRY: Duration = Duration::from_millis(if cfg!(test) { 100 } else { 10_000 });
 /// A job still failing this long after its delete is said as a WARNING: within a minute, since
 /// tries are `LAST_RETRY` apart at most (a try may wait `MANAGER_WAIT` for the manager first),
 /// and the log pump (python/glance_rbd_native/log_pump.py) emits background records every 2 s.
-const WARN_AFTER: Duration = Duration::from_secs(30);
+const WARN_AFTER: Duration = Duration::from_millis(if cfg!(test) { 300 } else { 30_000 });
 /// How long the manager may be at a removal before that is said as a WARNING: it removes about
 /// 5 GiB a second on a test OSD, so an image of hundreds of GiB takes minutes.
-const MANAGER_WARN_AFTER: Duration = Duration::from_secs(5 * 60);
+const MANAGER_WARN_AFTER: Duration = Duration::from_millis(if cfg!(test) { 1000 } else { 300_000 });
 /// How long a job is tried from its delete, and how many times, before it is given up.
-const GIVE_UP_AFTER: Duration = Duration::from_secs(15 * 60);
+const GIVE_UP_AFTER: Duration = Duration::from_millis(if cfg!(test) { 1500 } else { 900_000 });
 const MAX_TRIES: u32 = 500;
 
 /// One image in the trash whose data is to be removed.
 pub(crate) struct Job {
-    pub(crate) ioctx: Arc<IoCtx>,
+    /// Its pool, through the connection of its delete, or a new one once that was fenced.
+    pub(crate) pool: Arc<dyn Pool>,
     pub(crate) name: String,
     pub(crate) id: String,
     /// glance's snapshot, unprotected, moved to the trash with the image: removed first.
@@ -95,18 +95,15 @@ enum Tried {
     Failed(Error),
 }
 
-/// The jobs of this process, by pid: a child of `fork()` inherits the parent's but not the
-/// threads that run them, so it forgets them (the parent goes on with them) and starts its own.
-struct Queue {
-    pid: u32,
-    pending: Vec<Pending>,
-    workers: usize,
-}
+/// The purges of this process.
+static PURGES: Scheduler<Pending> = Scheduler::new(
+    "rbd-purge",
+    "remove the data of deleted images",
+    WORKERS,
+    attempt,
+);
 
-static QUEUE: Mutex<Option<Queue>> = Mutex::new(None);
-static DUE: Condvar = Condvar::new();
-
-/// The users (cephx entities, by cluster: `user_key`) the manager refused a task: their caps do
+/// The users (cephx entities, by cluster: "fsid/entity") the manager refused a task: their caps do
 /// not allow it, and it is not asked again for them.
 static MANAGER_REFUSED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// The users the manager last left unanswered, and when: not asked again for `SILENT_FOR`,
@@ -118,21 +115,9 @@ static MANAGER_SILENT: Mutex<Vec<(String, Instant)>> = Mutex::new(Vec::new());
 const MANAGER_WAIT: Duration = Duration::from_secs(10);
 const SILENT_FOR: Duration = Duration::from_secs(60);
 
-/// Queues `job`. It is never dropped: should no thread start, it waits in the queue for the
-/// next delete's, and a WARNING says so.
+/// Queues `job`, to be tried at once.
 pub(crate) fn queue(job: Job) {
-    let pid = std::process::id();
-    let mut guard = sync::lock(&QUEUE);
-    if let Some(inherited) = guard.take_if(|queue| queue.pid != pid) {
-        // The parent's jobs: its threads, in the parent, go on with them.
-        std::mem::forget(inherited);
-    }
-    let queue = guard.get_or_insert_with(|| Queue {
-        pid,
-        pending: Vec::new(),
-        workers: 0,
-    });
-    queue.pending.push(Pending {
+    PURGES.queue(Pending {
         job,
         // Passed at once where there is no snapshot.
         step: Step::Snapshot,
@@ -142,64 +127,18 @@ pub(crate) fn queue(job: Job) {
         warned: false,
         fenced: false,
     });
-    while queue.workers < WORKERS {
-        match background::spawn(format!("rbd-purge-{}", queue.workers), run) {
-            Ok(_) => queue.workers += 1,
-            Err(err) => {
-                log::warn!(
-                    "could not start a thread to remove the data of deleted images ({err}): \
-                     {} wait for the next delete to start one",
-                    queue.pending.len()
-                );
-                break;
-            }
-        }
-    }
-    drop(guard);
-    DUE.notify_one();
 }
 
-fn run() {
-    let pid = std::process::id();
-    let mut guard = sync::lock(&QUEUE);
-    loop {
-        let Some(queue) = guard.as_mut().filter(|queue| queue.pid == pid) else {
-            return;
-        };
-        let now = Instant::now();
-        let first = (0..queue.pending.len()).min_by_key(|&i| queue.pending[i].due);
-        match first {
-            Some(i) if queue.pending[i].due <= now => {
-                let pending = queue.pending.swap_remove(i);
-                drop(guard);
-                // A panic loses that job (its entry stays, with its mark, for the sweep), never
-                // the thread.
-                let again =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| attempt(pending)))
-                        .unwrap_or_else(|_| {
-                            log::error!(
-                                "removing the data of a deleted image panicked: left to the sweep"
-                            );
-                            None
-                        });
-                guard = sync::lock(&QUEUE);
-                if let (Some(again), Some(queue)) = (again, guard.as_mut()) {
-                    queue.pending.push(again);
-                    DUE.notify_one();
-                }
-            }
-            Some(i) => {
-                let wait = queue.pending[i].due - now;
-                guard = sync::wait_timeout(&DUE, guard, wait).0;
-            }
-            None => guard = sync::wait(&DUE, guard),
-        }
-    }
+/// Tries `pending`'s step once: the job back with the time of its next try, or None once it is
+/// done or given up.
+fn attempt(pending: Pending) -> Option<(Pending, Instant)> {
+    try_step(pending).map(|pending| {
+        let due = pending.due;
+        (pending, due)
+    })
 }
 
-/// Tries `pending`'s step once: the job back with its next try, or None once it is done or
-/// given up.
-fn attempt(mut pending: Pending) -> Option<Pending> {
+fn try_step(mut pending: Pending) -> Option<Pending> {
     pending.tries += 1;
     let tried = match pending.step {
         Step::Snapshot => remove_snapshot(&pending.job),
@@ -208,11 +147,11 @@ fn attempt(mut pending: Pending) -> Option<Pending> {
         Step::Manager => removed_by_manager(&pending.job),
     };
     let job = &pending.job;
-    let target = job.ioctx.target(&job.name);
+    let target = job.pool.target(&job.name);
     match tried {
         Tried::Gone(by) => {
             if let Some(mark) = &job.mark {
-                super::unmark(&job.ioctx, &job.name, &job.id, mark);
+                super::unmark(&*job.pool, &job.name, &job.id, mark);
             }
             log::info!(
                 "the data of deleted {target} (trash id {}) is removed, by {by}, {:.1} s after \
@@ -260,12 +199,12 @@ fn attempt(mut pending: Pending) -> Option<Pending> {
                         "the Ceph client ({}) removing the data of deleted {target} (trash id \
                          {}) was fenced, blocklisted by the cluster (`ceph osd blocklist ls` \
                          lists it): connecting again",
-                        job.ioctx.cluster().entity(),
+                        job.pool.user().0,
                         job.id
                     );
                 }
-                if let Some(ioctx) = reconnect(job) {
-                    pending.job.ioctx = ioctx;
+                if let Some(pool) = reconnect(job) {
+                    pending.job.pool = pool;
                     // The first time, at once; a new client fenced again (its host's address
                     // blocklisted) waits its turn, as any failure.
                     if again {
@@ -293,7 +232,7 @@ fn attempt(mut pending: Pending) -> Option<Pending> {
             } else {
                 log::debug!("{err}; trying again in {} s", pending.delay.as_secs());
             }
-            job.ioctx.cluster().forget_if_refused(&err);
+            job.pool.forget_if_refused(&err);
             pending.back_off();
         }
     }
@@ -309,7 +248,7 @@ fn give_up_if_due(pending: Pending) -> Option<Pending> {
     }
     let left = match job.mark.as_deref() {
         None => "without a mark `glance-rbd-native sweep` would know; `rbd trash rm` removes it",
-        Some(mark) if super::give_up(&job.ioctx, &job.name, &job.id, mark, unix_now()) => {
+        Some(mark) if super::give_up(&*job.pool, &job.name, &job.id, mark, unix_now()) => {
             "its mark saying so; `glance-rbd-native sweep --remove` removes it"
         }
         Some(_) => "`glance-rbd-native sweep --remove` removes it once this process is gone",
@@ -317,7 +256,7 @@ fn give_up_if_due(pending: Pending) -> Option<Pending> {
     log::warn!(
         "gave up removing the data of deleted {} (trash id {}) after {} tries in {:.0} s: it \
          stays in the pool's trash, {left}",
-        job.ioctx.target(&job.name),
+        job.pool.target(&job.name),
         job.id,
         pending.tries,
         job.deleted.elapsed().as_secs_f64(),
@@ -325,15 +264,10 @@ fn give_up_if_due(pending: Pending) -> Option<Pending> {
     None
 }
 
-/// An I/O context on the job's pool through a new connection, in place of its fenced one.
-fn reconnect(job: &Job) -> Option<Arc<IoCtx>> {
-    match job
-        .ioctx
-        .cluster()
-        .replace_fenced()
-        .and_then(|cluster| cluster.pool(job.ioctx.pool()))
-    {
-        Ok(ioctx) => Some(Arc::new(ioctx)),
+/// The job's pool through a new connection, in place of its fenced one.
+fn reconnect(job: &Job) -> Option<Arc<dyn Pool>> {
+    match job.pool.reconnect() {
+        Ok(pool) => Some(pool),
         Err(err) => {
             log::debug!("{err}: removing the data of trash entry {} later", job.id);
             None
@@ -346,9 +280,7 @@ fn remove_snapshot(job: &Job) -> Tried {
     let Some(snap) = &job.snapshot else {
         return Tried::Next(Step::Remove);
     };
-    let removed = Image::open_by_id(Arc::clone(&job.ioctx), &job.id, &job.name)
-        .and_then(|image| super::remove_snapshot(&image, snap));
-    match removed {
+    match job.pool.trash_snap_remove(&job.name, &job.id, snap) {
         Ok(()) => Tried::Next(Step::Remove),
         Err(err) if err.errno() == Some(libc::ENOENT) => Tried::Next(Step::Remove),
         Err(err) => Tried::Failed(err),
@@ -358,7 +290,7 @@ fn remove_snapshot(job: &Job) -> Tried {
 /// Removes the entry's data here: a client that had the image open when it was moved keeps it
 /// until it closes (EBUSY).
 fn remove_here(job: &Job) -> Tried {
-    match image::trash_remove(&job.ioctx, &job.name, &job.id) {
+    match job.pool.trash_remove(&job.name, &job.id) {
         Ok(()) => Tried::Gone("this process"),
         Err(err) if err.errno() == Some(libc::ENOENT) => Tried::Gone("this process"),
         Err(err) => Tried::Failed(err),
@@ -368,16 +300,13 @@ fn remove_here(job: &Job) -> Tried {
 /// Whether the manager has removed the entry: only librbd's answer that there is none (ENOENT)
 /// says so; no answer (a timeout, a fenced client) is no proof, and the mark stays until one.
 fn removed_by_manager(job: &Job) -> Tried {
-    let Ok(id) = cstring(&job.id) else {
-        return Tried::Later;
-    };
-    match image::trash_get(&job.ioctx, &id) {
-        Ok(None) => Tried::Gone("the Ceph manager"),
-        Ok(Some(_)) => Tried::Later,
+    match job.pool.in_trash(&job.id) {
+        Ok(false) => Tried::Gone("the Ceph manager"),
+        Ok(true) => Tried::Later,
         Err(errno) => Tried::Failed(Error::ceph(
-            crate::error::Op::Purge,
-            &job.ioctx.target(&job.name),
-            -i64::from(errno),
+            Op::Purge,
+            &job.pool.target(&job.name),
+            i64::from(errno),
         )),
     }
 }
@@ -385,9 +314,8 @@ fn removed_by_manager(job: &Job) -> Tried {
 /// Hands the removal to the manager's task queue; false if the manager refused it, or gave no
 /// answer within `MANAGER_WAIT` (is one active?).
 fn by_manager(job: &Job) -> bool {
-    let cluster = job.ioctx.cluster();
-    let entity = cluster.entity();
-    let user = format!("{}/{entity}", cluster.fsid());
+    let (entity, fsid) = job.pool.user();
+    let user = format!("{fsid}/{entity}");
     if sync::lock(&MANAGER_REFUSED).contains(&user) {
         return false;
     }
@@ -397,13 +325,8 @@ fn by_manager(job: &Job) -> bool {
         return false;
     }
     drop(silent);
-    let spec = format!("{}/{}", job.ioctx.pool(), job.id);
-    let command = format!(
-        r#"{{"prefix":"rbd task add trash remove","image_id_spec":{},"format":"json"}}"#,
-        crate::transfer::mark::json_string(&spec)
-    );
-    match cluster.mgr_command(&command, MANAGER_WAIT) {
-        Ok(_) => true,
+    match job.pool.manager_trash_remove(&job.id, MANAGER_WAIT) {
+        Ok(()) => true,
         Err((errno, status)) if errno == -libc::EACCES || errno == -libc::EPERM => {
             let mut refused = sync::lock(&MANAGER_REFUSED);
             if !refused.contains(&user) {
@@ -412,7 +335,7 @@ fn by_manager(job: &Job) -> bool {
                     "the Ceph manager refused `rbd task add trash remove` to {entity} \
                      ({status}): this process removes the data of deleted images itself (the \
                      manager would with mgr 'profile rbd pool={}' in the user's caps)",
-                    job.ioctx.pool()
+                    job.pool.target(&job.name).pool
                 );
             }
             false

@@ -3,8 +3,9 @@
 
 use std::ffi::CString;
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::cluster::{Cluster, IoCtx};
+use super::cluster::{Cluster, IoCtx, cstring};
 use super::completion::Completion;
 use super::ffi;
 use super::image::{self, Image};
@@ -24,9 +25,12 @@ pub struct RbdPool {
 impl RbdPool {
     /// `pool` on `cluster`, as a transfer's image I/O.
     pub fn open(cluster: &Arc<Cluster>, pool: &str) -> Result<Arc<dyn io::Pool>> {
-        Ok(Arc::new(RbdPool {
-            ioctx: Arc::new(cluster.pool(pool)?),
-        }))
+        Ok(RbdPool::of(Arc::new(cluster.pool(pool)?)))
+    }
+
+    /// The pool of `ioctx`, as image I/O.
+    pub fn of(ioctx: Arc<IoCtx>) -> Arc<dyn io::Pool> {
+        Arc::new(RbdPool { ioctx })
     }
 
     /// The cluster's `rbd_default_features`, as glance reads them; layering when unset or zero.
@@ -118,6 +122,68 @@ impl io::Pool for RbdPool {
     fn reconnect(&self) -> Result<Arc<dyn io::Pool>> {
         let cluster = self.ioctx.cluster().replace_fenced()?;
         RbdPool::open(&cluster, self.ioctx.pool())
+    }
+
+    fn snap_unprotect(&self, name: &str, snap: &str, clones_first: bool) -> Result<()> {
+        let image = Image::open(Arc::clone(&self.ioctx), name, None)?;
+        if clones_first && image.has_clones(snap)? {
+            return Err(Error::ceph(
+                Op::UnprotectSnapshot,
+                image.target(),
+                -i64::from(libc::EBUSY),
+            ));
+        }
+        image.snap_unprotect(snap)
+    }
+
+    fn snap_remove(&self, name: &str, snap: &str) -> Result<()> {
+        Image::open(Arc::clone(&self.ioctx), name, None)?.snap_remove(snap)
+    }
+
+    fn inspect(&self, name: &str) -> Result<io::Inspected> {
+        let image = Image::inspect(Arc::clone(&self.ioctx), name)?;
+        Ok(io::Inspected {
+            id: image.id()?,
+            snapshots: image.snapshot_count()?,
+            watchers: image.watcher_count()?,
+        })
+    }
+
+    fn trash_move(&self, name: &str) -> Result<()> {
+        image::trash_move(&self.ioctx, name)
+    }
+
+    fn trash_snap_remove(&self, name: &str, id: &str, snap: &str) -> Result<()> {
+        Image::open_by_id(Arc::clone(&self.ioctx), id, name)?.snap_remove(snap)
+    }
+
+    fn trash_remove(&self, name: &str, id: &str) -> Result<()> {
+        image::trash_remove(&self.ioctx, name, id)
+    }
+
+    fn in_trash(&self, id: &str) -> std::result::Result<bool, i32> {
+        let id = cstring(id).map_err(|_| -libc::EINVAL)?;
+        image::trash_get(&self.ioctx, &id)
+            .map(|entry| entry.is_some())
+            .map_err(|errno| -errno)
+    }
+
+    fn manager_trash_remove(
+        &self,
+        id: &str,
+        wait: Duration,
+    ) -> std::result::Result<(), (i32, String)> {
+        let spec = format!("{}/{id}", self.ioctx.pool());
+        let command = format!(
+            r#"{{"prefix":"rbd task add trash remove","image_id_spec":{},"format":"json"}}"#,
+            crate::transfer::mark::json_string(&spec)
+        );
+        self.ioctx.cluster().mgr_command(&command, wait).map(drop)
+    }
+
+    fn user(&self) -> (String, String) {
+        let cluster = self.ioctx.cluster();
+        (cluster.entity().to_owned(), cluster.fsid().to_owned())
     }
 }
 

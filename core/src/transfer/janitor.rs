@@ -1,39 +1,57 @@
-//! Removing partial images that could not be removed at once (the cluster was down, a timeout):
-//! one background thread closes them if still open, then retries each removal, with backoff,
-//! until it goes through. Removal acts on the image's id: much later, the name may be another
-//! image's (glance retried the upload), which is left alone.
+//! Removing partial images that could not be removed at once (the cluster was away, a timeout),
+//! in the background, by the rules of the purge of deleted images (`delete::purge`): each
+//! leftover is a job of short tries (`schedule`), so one whose close or removal waits on the
+//! cluster never delays the others; a fenced connection is replaced, not retried; a removal
+//! still failing `WARN_AFTER` after the failed upload, or refused, is a WARNING; after
+//! `GIVE_UP_AFTER` or `MAX_TRIES` the job is given up, its mark saying so, and
+//! `glance-rbd-native sweep --remove` removes the image while this process runs.
+//!
+//! Removal acts on the image's id: much later, the name may be another image's (glance retried
+//! the upload), which is left alone.
 
 use std::fmt;
-use std::sync::Mutex;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::background;
-use super::mark::Mark;
+use super::mark::{Mark, unix_now};
 use crate::error::Error;
-use crate::io::Image;
-use crate::sync;
+use crate::io::{Image, Pool};
+use crate::schedule::Scheduler;
 
+/// Leftovers tried at once: a try may wait one librados timeout while the cluster is away.
+const WORKERS: usize = 2;
+// (`cargo test`'s in-memory cluster comes back at once: shorter waits and bounds there.)
 const FIRST_RETRY: Duration = Duration::from_millis(if cfg!(test) { 20 } else { 2000 });
-/// The longest wait between two tries: once the cluster is back, the image goes within it. A
-/// try costs one round trip (or one librados timeout while the cluster is away).
-/// (`cargo test`'s in-memory cluster comes back at once: shorter waits there.)
+/// The longest wait between two tries: once the cluster is back, the image goes within it.
 const LAST_RETRY: Duration = Duration::from_millis(if cfg!(test) { 100 } else { 10_000 });
+/// A removal still failing this long after the failed upload is a WARNING: within a minute,
+/// with the log pump's 2 s (python/glance_rbd_native/log_pump.py).
+const WARN_AFTER: Duration = Duration::from_millis(if cfg!(test) { 300 } else { 30_000 });
+/// How long a leftover is tried from its upload's failure, and how many times, before it is
+/// given up.
+const GIVE_UP_AFTER: Duration = Duration::from_millis(if cfg!(test) { 1000 } else { 900_000 });
+const MAX_TRIES: u32 = 500;
+
+/// The janitor of this process.
+static LEFTOVERS: Scheduler<Leftover> =
+    Scheduler::new("rbd-janitor", "remove partial images", WORKERS, attempt);
 
 struct Leftover {
     /// Still open: closing releases the exclusive lock, which waits on the cluster too.
     open: Option<Box<dyn Image>>,
-    /// The upload's mark: it names the pool and the image, and is cleared once the image goes.
+    /// The connection it is removed through: the upload's, or a new one once that was fenced.
+    pool: Arc<dyn Pool>,
+    /// The upload's mark: it names the image, and is cleared once the image goes.
     mark: Mark,
     id: String,
     snapshot: Option<String>,
-    next_try: Instant,
+    failed: Instant,
     delay: Duration,
+    tries: u32,
+    /// Whether its failing was said as a WARNING; whether its client was fenced.
+    warned: bool,
+    fenced: bool,
 }
-
-/// The janitor of this process, by pid: a child of `fork()` inherits the sender but not the
-/// thread, so it starts its own.
-static QUEUE: Mutex<Option<(u32, Sender<Leftover>)>> = Mutex::new(None);
 
 /// Queues the image of `mark` (of id `id`) for removal in the background, closing `open` first
 /// if given; `reason` says why it was not removed at once.
@@ -48,97 +66,129 @@ pub(crate) fn remove_later(
         "could not remove {} ({reason}); retrying in the background",
         mark.pool().target(mark.image())
     );
-    let leftover = Leftover {
+    LEFTOVERS.queue(Leftover {
         open,
+        pool: Arc::clone(mark.pool()),
         mark,
         id: id.to_owned(),
         snapshot: snapshot.map(str::to_owned),
-        next_try: Instant::now() + FIRST_RETRY,
+        failed: Instant::now(),
         delay: FIRST_RETRY,
-    };
-    let pid = std::process::id();
-    let mut queue = sync::lock(&QUEUE);
-    if queue.as_ref().is_none_or(|(owner, _)| *owner != pid) {
-        let (sender, receiver) = channel();
-        background::spawn("rbd-janitor".into(), move || run(receiver))
-            .expect("spawning the janitor thread");
-        // The parent's sender, if inherited, is forgotten: its receiver is not in this process.
-        if let Some(inherited) = queue.replace((pid, sender)) {
-            std::mem::forget(inherited);
-        }
-    }
-    if let Some((_, sender)) = queue.as_ref() {
-        let _ = sender.send(leftover);
-    }
+        tries: 0,
+        warned: false,
+        fenced: false,
+    });
 }
 
-fn run(queue: Receiver<Leftover>) {
-    let mut pending: Vec<Leftover> = Vec::new();
-    loop {
-        let wait = pending
-            .iter()
-            .map(|l| l.next_try.saturating_duration_since(Instant::now()))
-            .min()
-            .unwrap_or(LAST_RETRY);
-        match queue.recv_timeout(wait) {
-            Ok(mut leftover) => {
-                drop(leftover.open.take());
-                pending.push(leftover);
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return,
-        }
-        let now = Instant::now();
-        pending.retain_mut(|leftover| {
-            if leftover.next_try > now {
-                return true;
-            }
-            let (pool, name) = (leftover.mark.pool(), leftover.mark.image());
-            let target = pool.target(name);
-            let snapshot = leftover.snapshot.as_deref();
-            // Its own handle is closed: a lock of this client's on it is one that close could
-            // not release (the cluster was away), which would refuse the removal for good.
-            match pool.break_own_locks(&leftover.id) {
-                Ok(0) => {}
-                Ok(broken) => log::info!(
-                    "broke {broken} lock of this process's own on partial {target}, left by a \
-                     close while the cluster was away"
-                ),
-                Err(err) => log::debug!("{err}"),
-            }
-            let removed = pool.remove(name, &leftover.id, snapshot);
-            match removed {
-                Ok(()) => {
-                    leftover.mark.clear();
-                    log::info!("removed partial {target} after an earlier failure");
-                    false
-                }
-                Err(Error::Ceph {
-                    errno: libc::ENOENT,
-                    ..
-                }) => {
-                    leftover.mark.clear();
-                    false
-                }
-                Err(Error::Ceph {
-                    errno: libc::ESTALE,
-                    ..
-                }) => {
-                    log::info!(
-                        "partial {target} (id {}) is already gone: the name is another \
-                         image's now, left alone",
-                        leftover.id
-                    );
-                    leftover.mark.clear();
-                    false
-                }
-                Err(err) => {
-                    log::debug!("still cannot remove {target}: {err}");
-                    leftover.delay = (leftover.delay * 2).min(LAST_RETRY);
-                    leftover.next_try = Instant::now() + leftover.delay;
-                    true
-                }
-            }
-        });
+/// Closes the leftover if still open, then tries its removal once: the leftover back with the
+/// time of its next try, or None once it is gone or given up.
+fn attempt(mut leftover: Leftover) -> Option<(Leftover, Instant)> {
+    leftover.tries += 1;
+    // Closing waits on the cluster: on this thread, not the upload's.
+    drop(leftover.open.take());
+    let pool = Arc::clone(&leftover.pool);
+    let target = pool.target(leftover.mark.image());
+    // Its own handle is closed: a lock of this client's on it is one that close could not
+    // release (the cluster was away), which would refuse the removal for good.
+    match pool.break_own_locks(&leftover.id) {
+        Ok(0) => {}
+        Ok(broken) => log::info!(
+            "broke {broken} lock of this process's own on partial {target}, left by a close \
+             while the cluster was away"
+        ),
+        Err(err) => log::debug!("{err}"),
     }
+    let removed = pool.remove(
+        leftover.mark.image(),
+        &leftover.id,
+        leftover.snapshot.as_deref(),
+    );
+    let err = match removed {
+        Ok(()) => {
+            log::info!("removed partial {target} after an earlier failure");
+            leftover.mark.clear_through(&*pool);
+            return None;
+        }
+        Err(Error::Ceph {
+            errno: libc::ENOENT,
+            ..
+        }) => {
+            leftover.mark.clear_through(&*pool);
+            return None;
+        }
+        Err(Error::Ceph {
+            errno: libc::ESTALE,
+            ..
+        }) => {
+            log::info!(
+                "partial {target} (id {}) is already gone: the name is another image's now, \
+                 left alone",
+                leftover.id
+            );
+            leftover.mark.clear_through(&*pool);
+            return None;
+        }
+        Err(err) => err,
+    };
+    let mut due = Instant::now() + leftover.delay;
+    if err.errno() == Some(libc::ESHUTDOWN) {
+        if !std::mem::replace(&mut leftover.fenced, true) {
+            log::warn!(
+                "the Ceph client removing partial {target} (id {}) was fenced, blocklisted by \
+                 the cluster (`ceph osd blocklist ls` lists it): connecting again",
+                leftover.id
+            );
+            // The first time, at once; a new client fenced again waits its turn.
+            due = Instant::now();
+        }
+        match pool.reconnect() {
+            Ok(new) => leftover.pool = new,
+            Err(again) => log::debug!("{again}: removing partial {target} later"),
+        }
+    } else if !leftover.warned
+        && (matches!(err.errno(), Some(libc::EPERM | libc::EACCES))
+            || leftover.failed.elapsed() >= WARN_AFTER)
+    {
+        leftover.warned = true;
+        log::warn!(
+            "partial {target} (id {}) is not removed yet, {:.0} s after its upload failed: \
+             {err}; trying again until {} min after, then `glance-rbd-native sweep --remove` \
+             removes it",
+            leftover.id,
+            leftover.failed.elapsed().as_secs_f64(),
+            GIVE_UP_AFTER.as_secs() / 60
+        );
+    } else {
+        log::debug!(
+            "still cannot remove {target}: {err}; trying again in {:.0} s",
+            leftover.delay.as_secs_f64()
+        );
+    }
+    pool.forget_if_refused(&err);
+    leftover.delay = (leftover.delay * 2).min(LAST_RETRY);
+    if leftover.tries < MAX_TRIES && leftover.failed.elapsed() < GIVE_UP_AFTER {
+        return Some((leftover, due));
+    }
+    give_up(leftover);
+    None
+}
+
+/// Ends the leftover's tries: its mark says so, for the sweep, and a WARNING says what is left.
+fn give_up(mut leftover: Leftover) {
+    let pool = Arc::clone(&leftover.pool);
+    let left = if !leftover.mark.is_written() {
+        "without a mark of this process's: `glance-rbd-native sweep --include-unmarked` lists it"
+    } else if leftover.mark.give_up(&*pool, unix_now()) {
+        "its mark saying so; `glance-rbd-native sweep --remove` removes it"
+    } else {
+        "`glance-rbd-native sweep --remove` removes it once this process is gone"
+    };
+    log::warn!(
+        "gave up removing partial {} (id {}) after {} tries in {:.0} s: it stays in the pool, \
+         {left}",
+        pool.target(leftover.mark.image()),
+        leftover.id,
+        leftover.tries,
+        leftover.failed.elapsed().as_secs_f64()
+    );
 }

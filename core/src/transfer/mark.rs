@@ -101,6 +101,44 @@ impl Mark {
         }
     }
 
+    /// Says in the mark, if it is still this writer's, that the removal of its image was given
+    /// up at `when` (seconds since the epoch), through `pool` (this mark's pool, perhaps
+    /// another connection): `glance-rbd-native sweep --remove` then removes the image while this
+    /// process runs. Whether the mark says so now; it is no longer this writer's either way.
+    pub(crate) fn give_up(&mut self, pool: &dyn Pool, when: f64) -> bool {
+        let Some(written) = self.written.take() else {
+            return false;
+        };
+        let Some(fields) = written.strip_suffix('}') else {
+            return false;
+        };
+        let given_up = format!("{fields},\"given_up\":{when:.3}}}");
+        let target = pool.target(&self.image);
+        match pool.omap_write(&OmapWrite {
+            object: INDEX,
+            key: &self.image,
+            change: OmapChange::Set(&given_up),
+            expect: Some(&written),
+            op: Op::Mark,
+            target: &target,
+        }) {
+            Ok(()) => true,
+            Err(err) if is_taken(&err) => {
+                self.taken();
+                false
+            }
+            Err(err) => {
+                log::warn!("{err}");
+                false
+            }
+        }
+    }
+
+    /// Whether the entry is this writer's, as far as it knows.
+    pub(crate) fn is_written(&self) -> bool {
+        self.written.is_some()
+    }
+
     fn write(&mut self, stored: u64) -> crate::error::Result<()> {
         let value = format!(
             "{},\"updated\":{:.3},\"bytes\":{stored}}}",

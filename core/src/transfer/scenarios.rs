@@ -11,7 +11,7 @@ use super::mark::INDEX;
 use super::shares::{DEFAULT_BOUND, PROCESS};
 use super::upload::{Upload, UploadOptions};
 use crate::error::{Error, Result};
-use crate::memory::Memory;
+use crate::memory::{Memory, wait_for};
 
 const MIB: usize = 1 << 20;
 const POOL: &str = "images";
@@ -70,14 +70,6 @@ fn assert_gone(memory: &Memory, name: &str) {
         !memory.omap(INDEX).contains_key(name),
         "{name}'s mark is left"
     );
-}
-
-fn wait_for(what: &str, within: Duration, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]
@@ -204,6 +196,56 @@ fn the_janitor_leaves_a_name_another_image_took() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(memory.image("taken").unwrap().0, data(MIB, 0));
     drop(retried);
+}
+
+#[test]
+fn the_janitor_replaces_a_fenced_connection() {
+    let memory = Memory::new();
+    memory.faults(|f| {
+        f.write_error = Some((1, libc::ETIMEDOUT));
+        // The cluster stays away for its first tries: the client is fenced meanwhile.
+        f.remove_errors = vec![libc::ETIMEDOUT; 3];
+    });
+    assert!(upload(&memory, "fenced-leftover", 0, 1, MIB).is_err());
+    memory.fence();
+    // Through the fenced client, its removal and the mark's would fail for good.
+    wait_for("the janitor's removal", Duration::from_secs(5), || {
+        memory.images().is_empty()
+    });
+    wait_for("the mark cleared", Duration::from_secs(1), || {
+        memory.omap(INDEX).is_empty()
+    });
+}
+
+#[test]
+fn the_janitor_gives_up_and_its_mark_says_so() {
+    let memory = Memory::new();
+    memory.faults(|f| {
+        f.write_error = Some((1, libc::ETIMEDOUT));
+        f.remove_errors = vec![libc::EIO; 1000];
+    });
+    assert!(upload(&memory, "given-up", 0, 1, MIB).is_err());
+    let marked = memory.omap(INDEX)["given-up"].clone();
+    // GIVE_UP_AFTER is 1 s in `cargo test`.
+    wait_for("the janitor to give up", Duration::from_secs(5), || {
+        memory.omap(INDEX)["given-up"] != marked
+    });
+    let given_up = &memory.omap(INDEX)["given-up"];
+    let fields = marked.strip_suffix('}').unwrap();
+    assert!(
+        given_up.starts_with(&format!("{fields},\"given_up\":")),
+        "{given_up}"
+    );
+    assert!(memory.images().contains(&"given-up".to_owned()));
+    // Its tries are over: no more removals are asked.
+    let left = || {
+        let mut left = 0;
+        memory.faults(|f| left = f.remove_errors.len());
+        left
+    };
+    let before = left();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(left(), before);
 }
 
 #[test]

@@ -211,6 +211,12 @@ def judge(
     seen, why = sight
     client = mark.get("client")
     own = [w for w in watchers if client is None or w.get("id") == client]
+    given_up = mark.get("given_up")
+    if given_up is not None and not own:
+        # Its writer's janitor ended its tries and said so in the mark: it never touches the
+        # image again, whether it runs or not.
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(given_up))
+        return "gone", f"its writer gave up removing it at {when}, and does not watch it", False
     if seen in (Sight.RUNS, Sight.STOPPED):
         if not own:
             why += ", without a watch on the image"

@@ -31,7 +31,16 @@ REQUIRED = {
     "updated": float,
     "bytes": int,
 }
-OPTIONAL = {"pid_ns": int, "cgroup": str, "client": int, "addr": str, "image_id": str, "size": int}
+OPTIONAL = {
+    "pid_ns": int,
+    "cgroup": str,
+    "client": int,
+    "addr": str,
+    "image_id": str,
+    "size": int,
+    # When the writer's janitor gave up removing the partial image (core/src/transfer/janitor.rs).
+    "given_up": float,
+}
 
 
 @dataclasses.dataclass(frozen=True)
