@@ -37,6 +37,7 @@ P99_BOUND = 1.0
 # The probe is meaningless when the worker cannot keep up with it at rest: a worker answers in
 # 8-21 ms then; on a machine loaded past that, seconds.
 IDLE_P50_MAX = 0.1
+IDLE_TRIES = 3
 
 
 @pytest.fixture(scope="module")
@@ -98,12 +99,23 @@ def test_small_requests_are_answered_during_transfers(new_glance_api, source, cl
         for driver, api in servers.items():
             hub_latency.warm_up_transfers(api)
             hub_latency.warm_up(api, images[driver])
-            figures[driver, "idle"] = hub_latency.measure(
-                api, images[driver], functools.partial(time.sleep, 2)
-            )[1]
-        idle = {driver: figures[driver, "idle"].summary() for driver in DRIVERS}
-        if any(figures[driver, "idle"].p50 > IDLE_P50_MAX for driver in DRIVERS):
-            pytest.skip(f"the machine is too loaded for the probe: with no transfer, {idle}")
+        # A burst of load from elsewhere passes: the probe at rest is tried again, IDLE_TRIES
+        # times at most, before the test gives up on this machine (a skip, with its figures,
+        # listed at the end of the run).
+        for _ in range(IDLE_TRIES):
+            for driver, api in servers.items():
+                figures[driver, "idle"] = hub_latency.measure(
+                    api, images[driver], functools.partial(time.sleep, 2)
+                )[1]
+            if all(figures[driver, "idle"].p50 <= IDLE_P50_MAX for driver in DRIVERS):
+                break
+            time.sleep(5)
+        else:
+            idle = {driver: figures[driver, "idle"].summary() for driver in DRIVERS}
+            pytest.skip(
+                f"the machine stayed too loaded for the probe, {IDLE_TRIES} times: with no "
+                f"transfer, {idle}"
+            )
         # Interleaved, so that a burst of load from elsewhere falls on both drivers alike.
         for driver, api in servers.items():
             with open(path, "rb") as body:
@@ -132,5 +144,9 @@ def test_small_requests_are_answered_during_transfers(new_glance_api, source, cl
     at_rest = figures["native", "idle"].p99
     for transfer in ("upload", "download"):
         native, stock = figures["native", transfer], figures["stock", transfer]
-        assert native.p99 <= at_rest + P99_BOUND, (transfer, native.summary(), idle["native"])
+        assert native.p99 <= at_rest + P99_BOUND, (
+            transfer,
+            native.summary(),
+            figures["native", "idle"].summary(),
+        )
         assert native.p99 < stock.p99, (transfer, native.summary(), stock.summary())

@@ -71,6 +71,8 @@ class Lane:
                 "-m",
                 "pytest",
                 "-q",
+                # Each skip with its reason, in the summary: none goes unseen.
+                "-rs",
                 "-m",
                 markers,
                 f"--timings-out={self.timings}",
