@@ -68,16 +68,20 @@ def test_the_manager_removes_it_for_glances_documented_user(managed, caplog):
 
 
 def test_the_process_removes_it_for_a_user_the_manager_refuses(managed, caplog):
-    caplog.set_level("INFO", logger="glance_rbd_native")
+    caplog.set_level("DEBUG", logger="glance_rbd_native")
     conf = managed.user("nomgr", mon="profile rbd", osd=f"profile rbd pool={managed.pool}")
+
+    def said(text):
+        return [m for m in (r.getMessage() for r in caplog.records) if text in m]
+
     assert "is removed, by this process" in deleted_by(managed, "nomgr", conf, caplog)
-    refused = [
-        r.getMessage() for r in caplog.records if "the Ceph manager refused" in r.getMessage()
-    ]
-    assert len(refused) == 1 and "client.nomgr" in refused[0] and "mgr 'profile rbd" in refused[0]
-    # Not asked again for that user.
-    deleted_by(managed, "nomgr", conf, caplog)
-    assert sum("the Ceph manager refused" in r.getMessage() for r in caplog.records) == 1
+    (refused,) = said("the Ceph manager refused")
+    assert "client.nomgr" in refused and "mgr 'profile rbd" in refused
+    (asked,) = said("asking the Ceph manager, as client.nomgr")
+    # Not asked again for that user: the second delete's data goes without a question.
+    assert "is removed, by this process" in deleted_by(managed, "nomgr", conf, caplog)
+    assert said("asking the Ceph manager, as client.nomgr") == [asked]
+    assert len(said("the Ceph manager refused")) == 1
 
 
 def test_the_process_removes_it_when_no_manager_answers(caplog):

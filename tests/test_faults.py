@@ -20,7 +20,7 @@ import glance_rbd_native
 from glance_rbd_native import RbdWriter
 from tests.harness.cluster import free_port
 from tests.harness.data import MiB, data_of, expected_result, new_name
-from tests.harness.stores import SNAP, make_store
+from tests.harness.stores import SNAP, locate, make_store
 from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -219,6 +219,29 @@ def test_a_leftover_closed_while_the_osd_stays_down_is_removed_once_it_is_back(
     assert wait_for(lambda: name not in clean_pool.names(), timeout=90), (
         "the partial image was not removed once the OSD was back"
     )
+
+
+def test_a_delete_while_the_osd_is_down_fails_within_the_timeout_and_changes_nothing(
+    cluster, clean_pool, osd_stopped
+):
+    """A delete whose OSD is away raises stock's exception for no answer (``rbd.Timeout``, as
+    stock's delete lets it escape) within rados_connect_timeout, and leaves the image whole,
+    its snapshot still protected: the next delete, once the OSD is back, goes through."""
+    glance_rbd_native.patch()
+    timeout = 5
+    name = clean_pool.store(new_name("delete-osd-down"), data_of(4 * MiB))
+    store = make_store(cluster, timeout=timeout)
+    osd_stopped()
+    started = time.monotonic()
+    with pytest.raises(rbd_module.Timeout) as raised:
+        store.delete(locate(store, cluster, name))
+    took = time.monotonic() - started
+    assert f"image '{name}' in pool '{cluster.pool}'" in str(raised.value)
+    assert took < 3 * timeout, f"{took:.1f}s"
+    cluster.start_osd()
+    assert clean_pool.info(name)["snaps"] == {SNAP: True}
+    store.delete(locate(store, cluster, name))
+    assert name not in clean_pool.names()
 
 
 # About 45 s, most of it the OSD's watch timeout lapsing before the image can be removed.

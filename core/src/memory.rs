@@ -598,6 +598,9 @@ impl Pool for MemoryPool {
         _wait: Duration,
     ) -> std::result::Result<(), (i32, String)> {
         let mut state = self.memory.state();
+        if self.fenced(&state) {
+            return Err((-libc::ESHUTDOWN, String::new()));
+        }
         state.counts.manager_asked += 1;
         if let Some(errno) = state.faults.manager_error {
             return Err((

@@ -52,8 +52,8 @@ impl<T: Send + 'static> Scheduler<T> {
         }
     }
 
-    /// Queues `job`, to be tried at once.
-    pub(crate) fn queue(&'static self, job: T) {
+    /// Queues `job`, to be tried at `due`.
+    pub(crate) fn queue(&'static self, job: T, due: Instant) {
         let pid = std::process::id();
         let mut guard = sync::lock(&self.queue);
         if let Some(inherited) = guard.take_if(|queue| queue.pid != pid) {
@@ -65,24 +65,28 @@ impl<T: Send + 'static> Scheduler<T> {
             pending: Vec::new(),
             workers: 0,
         });
-        queue.pending.push((Instant::now(), job));
+        queue.pending.push((due, job));
+        let mut failed = None;
         while queue.workers < self.workers {
             let name = format!("{}-{}", self.name, queue.workers);
             match background::spawn(name, move || self.run()) {
                 Ok(_) => queue.workers += 1,
                 Err(err) => {
-                    log::warn!(
-                        "could not start a thread to {} ({err}): {} wait for the next one to \
-                         start a thread",
-                        self.what,
-                        queue.pending.len()
-                    );
+                    failed = Some((err, queue.pending.len()));
                     break;
                 }
             }
         }
         drop(guard);
         self.due.notify_one();
+        // Logged without the lock: from a Python thread, a record goes into Python.
+        if let Some((err, waiting)) = failed {
+            log::warn!(
+                "could not start a thread to {} ({err}): {waiting} wait for the next one to \
+                 start a thread",
+                self.what
+            );
+        }
     }
 
     /// The jobs queued in this process, and its threads.
@@ -142,11 +146,13 @@ mod tests {
 
     use super::*;
 
-    /// A job: its name, and the times it is tried again after a failed try.
+    /// A job: its name, the times it is tried again after a failed try, and how long each
+    /// try takes (as a close that waits on an absent cluster does).
     struct Job {
         name: &'static str,
         failures: u32,
         retry: Duration,
+        takes: Duration,
     }
 
     static DONE: Mutex<Vec<(&'static str, Instant)>> = Mutex::new(Vec::new());
@@ -157,6 +163,7 @@ mod tests {
         if job.name == "panics" {
             panic!("a try that panics");
         }
+        std::thread::sleep(job.takes);
         if job.failures > 0 {
             job.failures -= 1;
             let due = Instant::now() + job.retry;
@@ -182,47 +189,44 @@ mod tests {
         }
     }
 
+    fn job(name: &'static str, failures: u32, retry_ms: u64, takes_ms: u64) -> Job {
+        Job {
+            name,
+            failures,
+            retry: Duration::from_millis(retry_ms),
+            takes: Duration::from_millis(takes_ms),
+        }
+    }
+
     // One test: the scheduler is a static, as the purge's and the janitor's are.
     #[test]
-    fn a_failing_or_panicking_job_never_delays_the_others_and_each_is_retried_when_due() {
-        let queued = Instant::now();
-        JOBS.queue(Job {
-            name: "panics",
-            failures: 0,
-            retry: Duration::ZERO,
-        });
+    fn a_slow_failing_or_panicking_job_never_delays_the_others_and_each_is_retried_when_due() {
+        let now = Instant::now();
+        JOBS.queue(job("panics", 0, 0, 0), now);
+        // A try that takes 1.5 s holds one thread: the other goes on with the rest.
+        JOBS.queue(job("slow", 0, 0, 1500), now);
+        // Failing tries put their job back: each is tried again 300 ms after each failure.
         for name in ["held-1", "held-2"] {
-            JOBS.queue(Job {
-                name,
-                failures: 3,
-                retry: Duration::from_millis(300),
-            });
+            JOBS.queue(job(name, 3, 300, 0), now);
         }
         for name in ["a", "b", "c"] {
-            JOBS.queue(Job {
-                name,
-                failures: 0,
-                retry: Duration::ZERO,
-            });
+            JOBS.queue(job(name, 0, 0, 0), now);
         }
-        // Two threads, five jobs that keep them from nothing: the three go at once.
+        // Not tried before it is due.
+        JOBS.queue(job("later", 0, 0, 0), now + Duration::from_millis(600));
+        let slow = done_at("slow", Duration::from_secs(10));
         for name in ["a", "b", "c"] {
-            let at = done_at(name, Duration::from_secs(2));
-            assert!(at - queued < Duration::from_millis(250), "{name}");
+            assert!(done_at(name, Duration::from_secs(10)) < slow, "{name}");
         }
-        // Each held job is tried again 300 ms after each of its failures, not sooner.
         for name in ["held-1", "held-2"] {
-            let at = done_at(name, Duration::from_secs(5));
-            assert!(at - queued >= Duration::from_millis(900), "{name}");
+            let at = done_at(name, Duration::from_secs(10));
+            assert!(at - now >= Duration::from_millis(900), "{name}");
         }
+        assert!(done_at("later", Duration::from_secs(10)) - now >= Duration::from_millis(600));
         // The panic lost its job, not a thread: both still run, and the queue is empty.
         assert_eq!(JOBS.counts(), (0, 2));
-        JOBS.queue(Job {
-            name: "after",
-            failures: 1,
-            retry: Duration::from_millis(10),
-        });
-        done_at("after", Duration::from_secs(2));
-        assert_eq!(TRIES.load(Ordering::SeqCst), 1 + 2 * 4 + 3 + 2);
+        JOBS.queue(job("after", 1, 10, 0), Instant::now());
+        done_at("after", Duration::from_secs(10));
+        assert_eq!(TRIES.load(Ordering::SeqCst), 1 + 1 + 2 * 4 + 3 + 1 + 2);
     }
 }

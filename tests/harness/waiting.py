@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 
@@ -29,6 +31,22 @@ def exit_status(pid, timeout):
     )
     if done:
         return os.waitstatus_to_exitcode(status)
+    # Where it hangs, in the test's output: a hang seen once in a run must be diagnosable.
+    print(f"child {pid} hung; its threads:\n{native_stacks(pid)}", file=sys.stderr)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     return "hung"
+
+
+def native_stacks(pid):
+    """The native stack of every thread of process `pid`, as gdb reads them (at most 60 s)."""
+    try:
+        done = subprocess.run(
+            ["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(gdb could not read them: {exc})"
+    return done.stdout[-30000:] or done.stderr[-3000:]

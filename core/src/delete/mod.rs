@@ -133,7 +133,12 @@ fn unprotect(pool: &dyn Pool, name: &str, snap: &str, rules: Rules) -> Result<bo
     match pool.snap_unprotect(name, snap, rules.refuse_clones_first) {
         // EINVAL: not protected.
         Err(err) if err.errno() == Some(libc::EINVAL) => Ok(true),
-        Err(err) if err.errno() == Some(libc::ENOENT) && pool.image_id(name).is_ok() => Ok(false),
+        // No such snapshot; no such image is an error of the open.
+        Err(Error::Ceph {
+            op,
+            errno: libc::ENOENT,
+            ..
+        }) if op != Op::Open => Ok(false),
         other => other.map(|()| true),
     }
 }

@@ -38,7 +38,7 @@ const WARN_AFTER: Duration = Duration::from_millis(if cfg!(test) { 300 } else { 
 /// 5 GiB a second on a test OSD, so an image of hundreds of GiB takes minutes.
 const MANAGER_WARN_AFTER: Duration = Duration::from_millis(if cfg!(test) { 1000 } else { 300_000 });
 /// How long a job is tried from its delete, and how many times, before it is given up.
-const GIVE_UP_AFTER: Duration = Duration::from_millis(if cfg!(test) { 1500 } else { 900_000 });
+const GIVE_UP_AFTER: Duration = Duration::from_millis(if cfg!(test) { 3000 } else { 900_000 });
 const MAX_TRIES: u32 = 500;
 
 /// One image in the trash whose data is to be removed.
@@ -117,16 +117,19 @@ const SILENT_FOR: Duration = Duration::from_secs(60);
 
 /// Queues `job`, to be tried at once.
 pub(crate) fn queue(job: Job) {
-    PURGES.queue(Pending {
-        job,
-        // Passed at once where there is no snapshot.
-        step: Step::Snapshot,
-        due: Instant::now(),
-        delay: FIRST_RETRY,
-        tries: 0,
-        warned: false,
-        fenced: false,
-    });
+    PURGES.queue(
+        Pending {
+            job,
+            // Passed at once where there is no snapshot.
+            step: Step::Snapshot,
+            due: Instant::now(),
+            delay: FIRST_RETRY,
+            tries: 0,
+            warned: false,
+            fenced: false,
+        },
+        Instant::now(),
+    );
 }
 
 /// Tries `pending`'s step once: the job back with the time of its next try, or None once it is
@@ -325,6 +328,10 @@ fn by_manager(job: &Job) -> bool {
         return false;
     }
     drop(silent);
+    log::debug!(
+        "asking the Ceph manager, as {entity}, to remove the data of trash entry {}",
+        job.id
+    );
     match job.pool.manager_trash_remove(&job.id, MANAGER_WAIT) {
         Ok(()) => true,
         Err((errno, status)) if errno == -libc::EACCES || errno == -libc::EPERM => {

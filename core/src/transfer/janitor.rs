@@ -66,26 +66,38 @@ pub(crate) fn remove_later(
         "could not remove {} ({reason}); retrying in the background",
         mark.pool().target(mark.image())
     );
-    LEFTOVERS.queue(Leftover {
-        open,
-        pool: Arc::clone(mark.pool()),
-        mark,
-        id: id.to_owned(),
-        snapshot: snapshot.map(str::to_owned),
-        failed: Instant::now(),
-        delay: FIRST_RETRY,
-        tries: 0,
-        warned: false,
-        fenced: false,
-    });
+    // Closed at once, if open; removed after `FIRST_RETRY`: the cluster has just failed it.
+    let due = if open.is_some() {
+        Instant::now()
+    } else {
+        Instant::now() + FIRST_RETRY
+    };
+    LEFTOVERS.queue(
+        Leftover {
+            open,
+            pool: Arc::clone(mark.pool()),
+            mark,
+            id: id.to_owned(),
+            snapshot: snapshot.map(str::to_owned),
+            failed: Instant::now(),
+            delay: FIRST_RETRY,
+            tries: 0,
+            warned: false,
+            fenced: false,
+        },
+        due,
+    );
 }
 
 /// Closes the leftover if still open, then tries its removal once: the leftover back with the
 /// time of its next try, or None once it is gone or given up.
 fn attempt(mut leftover: Leftover) -> Option<(Leftover, Instant)> {
+    if let Some(open) = leftover.open.take() {
+        // Closing waits on the cluster: on this thread, not the upload's. The removal follows.
+        drop(open);
+        return Some((leftover, Instant::now() + FIRST_RETRY));
+    }
     leftover.tries += 1;
-    // Closing waits on the cluster: on this thread, not the upload's.
-    drop(leftover.open.take());
     let pool = Arc::clone(&leftover.pool);
     let target = pool.target(leftover.mark.image());
     // Its own handle is closed: a lock of this client's on it is one that close could not
@@ -132,18 +144,23 @@ fn attempt(mut leftover: Leftover) -> Option<(Leftover, Instant)> {
     };
     let mut due = Instant::now() + leftover.delay;
     if err.errno() == Some(libc::ESHUTDOWN) {
-        if !std::mem::replace(&mut leftover.fenced, true) {
+        let again = std::mem::replace(&mut leftover.fenced, true);
+        if !again {
             log::warn!(
                 "the Ceph client removing partial {target} (id {}) was fenced, blocklisted by \
                  the cluster (`ceph osd blocklist ls` lists it): connecting again",
                 leftover.id
             );
-            // The first time, at once; a new client fenced again waits its turn.
-            due = Instant::now();
         }
         match pool.reconnect() {
-            Ok(new) => leftover.pool = new,
-            Err(again) => log::debug!("{again}: removing partial {target} later"),
+            Ok(new) => {
+                leftover.pool = new;
+                // The first time, at once; a new client fenced again waits its turn.
+                if !again {
+                    due = Instant::now();
+                }
+            }
+            Err(err) => log::debug!("{err}: removing partial {target} later"),
         }
     } else if !leftover.warned
         && (matches!(err.errno(), Some(libc::EPERM | libc::EACCES))
@@ -176,12 +193,19 @@ fn attempt(mut leftover: Leftover) -> Option<(Leftover, Instant)> {
 /// Ends the leftover's tries: its mark says so, for the sweep, and a WARNING says what is left.
 fn give_up(mut leftover: Leftover) {
     let pool = Arc::clone(&leftover.pool);
-    let left = if !leftover.mark.is_written() {
+    let left = if let Some(snap) = &leftover.snapshot {
+        // The sweep never touches an image with a snapshot: an operator removes it.
+        format!(
+            "with its snapshot {snap}, which `glance-rbd-native sweep` never touches: `rbd snap \
+             unprotect`, `rbd snap rm` and `rbd rm` of that image remove it"
+        )
+    } else if !leftover.mark.is_written() {
         "without a mark of this process's: `glance-rbd-native sweep --include-unmarked` lists it"
+            .to_owned()
     } else if leftover.mark.give_up(&*pool, unix_now()) {
-        "its mark saying so; `glance-rbd-native sweep --remove` removes it"
+        "its mark saying so; `glance-rbd-native sweep --remove` removes it".to_owned()
     } else {
-        "`glance-rbd-native sweep --remove` removes it once this process is gone"
+        "`glance-rbd-native sweep --remove` removes it once this process is gone".to_owned()
     };
     log::warn!(
         "gave up removing partial {} (id {}) after {} tries in {:.0} s: it stays in the pool, \

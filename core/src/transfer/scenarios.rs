@@ -182,12 +182,15 @@ fn the_janitor_leaves_a_name_another_image_took() {
     let memory = Memory::new();
     memory.faults(|f| {
         f.write_error = Some((1, libc::ETIMEDOUT));
-        f.remove_errors = vec![libc::ETIMEDOUT];
+        // The cluster stays away until the name is another image's.
+        f.remove_errors = vec![libc::ETIMEDOUT; 1000];
     });
     assert!(upload(&memory, "taken", 0, 1, MIB).is_err());
     // Another process removes the leftover and uploads the same image ID again.
     memory.remove_behind("taken");
+    memory.faults(|f| f.write_error = None);
     let retried = upload(&memory, "taken", 0, 1, MIB).unwrap();
+    memory.faults(|f| f.remove_errors.clear());
     wait_for(
         "the janitor to give up on the name",
         Duration::from_secs(5),
@@ -203,11 +206,12 @@ fn the_janitor_replaces_a_fenced_connection() {
     let memory = Memory::new();
     memory.faults(|f| {
         f.write_error = Some((1, libc::ETIMEDOUT));
-        // The cluster stays away for its first tries: the client is fenced meanwhile.
-        f.remove_errors = vec![libc::ETIMEDOUT; 3];
+        // The cluster stays away until the client is fenced.
+        f.remove_errors = vec![libc::ETIMEDOUT; 1000];
     });
     assert!(upload(&memory, "fenced-leftover", 0, 1, MIB).is_err());
     memory.fence();
+    memory.faults(|f| f.remove_errors.clear());
     // Through the fenced client, its removal and the mark's would fail for good.
     wait_for("the janitor's removal", Duration::from_secs(5), || {
         memory.images().is_empty()
