@@ -154,15 +154,6 @@ impl Memory {
         memory
     }
 
-    /// Moves image `name` to the trash, as a delete does: its id.
-    pub(crate) fn trash_move(&self, name: &str) -> String {
-        let mut state = self.state();
-        let image = state.images.remove(name).expect("an image to move");
-        let id = image.id.clone();
-        state.trash.insert(id.clone(), (name.to_owned(), image));
-        id
-    }
-
     /// Marks snapshot `snap` of image `name` as having a clone.
     pub(crate) fn clone_from(&self, name: &str, snap: &str) {
         self.state().clones.push((name.to_owned(), snap.to_owned()));

@@ -21,7 +21,7 @@ use crate::error::{Error, Op, Result};
 use crate::io::{OmapChange, OmapWrite, Pool};
 use crate::rbd::cluster::Cluster;
 use crate::rbd::pool::RbdPool;
-use crate::transfer::mark::{identity, json_string, unix_now};
+use crate::transfer::mark::{given_up, identity, json_string, unix_now};
 
 /// The index object of deletions in progress, one per pool. Its format is read by
 /// python/glance_rbd_native/leftovers.
@@ -192,10 +192,9 @@ fn mark(pool: &dyn Pool, name: &str, id: &str, snapshot: Option<&str>) -> Option
 /// its data, at `when` (seconds since the epoch): `glance-rbd-native sweep --remove` then removes
 /// it while this process runs. Whether the mark says so now.
 pub(crate) fn give_up(pool: &dyn Pool, name: &str, id: &str, value: &str, when: f64) -> bool {
-    let Some(fields) = value.strip_suffix('}') else {
+    let Some(given_up) = given_up(value, when) else {
         return false;
     };
-    let given_up = format!("{fields},\"given_up\":{when:.3}}}");
     match pool.omap_write(&OmapWrite {
         object: INDEX,
         key: id,

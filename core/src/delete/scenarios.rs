@@ -21,7 +21,8 @@ fn deleted(memory: &Memory, name: &str, snapshot: Option<&str>) -> Job {
     if let Some(snap) = snapshot {
         memory.snapshot(name, snap, false);
     }
-    let id = memory.trash_move(name);
+    let id = pool.image_id(name).unwrap();
+    pool.trash_move(name).unwrap();
     let mark = format!("{{\"image\":\"{name}\",\"image_id\":\"{id}\"}}");
     pool.omap_write(&OmapWrite {
         object: INDEX,

@@ -109,10 +109,9 @@ impl Mark {
         let Some(written) = self.written.take() else {
             return false;
         };
-        let Some(fields) = written.strip_suffix('}') else {
+        let Some(given_up) = given_up(&written, when) else {
             return false;
         };
-        let given_up = format!("{fields},\"given_up\":{when:.3}}}");
         let target = pool.target(&self.image);
         match pool.omap_write(&OmapWrite {
             object: INDEX,
@@ -282,6 +281,14 @@ fn hostname() -> String {
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// A mark's JSON `value` with the field saying its writer gave up at `when` (seconds since the
+/// epoch), read by python/glance_rbd_native/leftovers: an upload's mark, a delete's too. None
+/// if `value` is not a JSON object.
+pub(crate) fn given_up(value: &str, when: f64) -> Option<String> {
+    let fields = value.strip_suffix('}')?;
+    Some(format!("{fields},\"given_up\":{when:.3}}}"))
 }
 
 pub(crate) fn unix_now() -> f64 {
