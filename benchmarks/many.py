@@ -110,7 +110,8 @@ class InFlightProbe(threading.Thread):
     """Polls the native driver's in_flight() every millisecond while the transfers run: the
     most the process held, and the most beyond what the bound allows at that moment: the bound
     plus one chunk per transfer running (each may always hold one, also when it joins while the
-    others hold the bound); above 0 is a breach."""
+    others hold the bound), counted twice for a download (a read holds its chunk and librbd's
+    buffers for it; this counts every transfer as a download); above 0 is a breach."""
 
     def __init__(self):
         super().__init__(daemon=True)
@@ -121,7 +122,7 @@ class InFlightProbe(threading.Thread):
     def run(self):
         while not self._done.wait(0.001):
             now = glance_rbd_native.in_flight()
-            over = now["held"] - (now["bound"] + now["transfers"] * CHUNK)
+            over = now["held"] - (now["bound"] + now["transfers"] * 2 * CHUNK)
             self.over_max = over if self.over_max is None else max(self.over_max, over)
             self.held_max = max(self.held_max, now["held"])
             self.transfers_max = max(self.transfers_max, now["transfers"])

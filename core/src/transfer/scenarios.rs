@@ -373,15 +373,18 @@ fn an_image_that_exists_is_left_untouched() {
     assert_eq!(memory.image("there").unwrap().0, data(MIB, 0));
 }
 
-fn download(memory: &Memory, name: &str, snapshot: Option<&str>) -> Result<Download<Vec<u8>>> {
-    let options = DownloadOptions {
+fn download_options(name: &str, snapshot: Option<&str>) -> DownloadOptions {
+    DownloadOptions {
         pool: POOL.into(),
         image: name.into(),
         snapshot: snapshot.map(str::to_owned),
         chunk_size: MIB,
         max_in_flight: Some(3 * MIB),
-    };
-    Download::open(memory.pool(POOL), &options)
+    }
+}
+
+fn download(memory: &Memory, name: &str, snapshot: Option<&str>) -> Result<Download<Vec<u8>>> {
+    Download::open(memory.pool(POOL), &download_options(name, snapshot))
 }
 
 fn next(download: &mut Download<Vec<u8>>) -> Result<Option<Vec<u8>>> {
@@ -402,6 +405,20 @@ fn a_download_reads_back_what_the_snapshot_holds() {
     }
     assert_eq!(read, memory.image("read").unwrap().0);
     assert_eq!(reader.delivered(), 5 * MIB as u64);
+}
+
+#[test]
+fn a_read_in_flight_counts_twice_in_the_bound() {
+    // Its destination, and the buffers librbd receives it into before copying it there.
+    let _bound = crate::sync::lock(&BOUND);
+    let memory = Memory::new();
+    upload(&memory, "twice", 0, 8, MIB).unwrap();
+    let options = DownloadOptions {
+        max_in_flight: Some(4 * MIB),
+        ..download_options("twice", Some("snap"))
+    };
+    let mut reader = Download::<Vec<u8>>::open(memory.pool(POOL), &options).unwrap();
+    assert_eq!(reader.wanted(), vec![MIB; 2]);
 }
 
 #[test]

@@ -7,6 +7,9 @@
 //! one chunk, whatever the others hold, and it only ever waits on its own writes, reads and
 //! digests: none starves, none waits on another, so none deadlocks.
 //!
+//! A download counts each byte in flight twice (`download::HELD_PER_BYTE`): librbd receives a
+//! read into buffers of its own before it copies it into the chunk. Its one chunk holds two.
+//!
 //! So the process holds at most the bound plus one chunk per transfer, and that only for as long
 //! as the chunks in flight when new transfers joined take to complete (reads and writes are
 //! never taken back): then at most the larger of the bound and one chunk per transfer.
@@ -162,11 +165,19 @@ impl Share {
 
     /// Takes what `plan` returns, planned from this share's limit and the process's room, in
     /// one step under the process lock: transfers planning at once cannot each count the same
-    /// room. Returns the lengths planned; their bytes are held from now on.
-    pub(crate) fn reserve(&self, plan: impl FnOnce(usize, usize) -> Vec<usize>) -> Vec<usize> {
+    /// room. Each byte planned holds `per_byte` bytes of memory (`plan` sees the limit and the
+    /// room divided by it). Returns the lengths planned; their bytes are held from now on.
+    pub(crate) fn reserve(
+        &self,
+        per_byte: usize,
+        plan: impl FnOnce(usize, usize) -> Vec<usize>,
+    ) -> Vec<usize> {
         let state = self.process.state();
-        let lengths = plan(self.limit_in(&state), self.room_in(&state));
-        self.add(lengths.iter().sum());
+        let lengths = plan(
+            self.limit_in(&state) / per_byte,
+            self.room_in(&state) / per_byte,
+        );
+        self.add(per_byte * lengths.iter().sum::<usize>());
         lengths
     }
 
@@ -244,17 +255,29 @@ mod tests {
     fn a_reservation_takes_the_room_it_planned_from() {
         let process = process(64);
         let (a, b) = (process.join(None), process.join(None));
-        let planned = a.reserve(|limit, room| {
+        let planned = a.reserve(1, |limit, room| {
             assert_eq!((limit, room), (32, 64));
             vec![16, 16]
         });
         assert_eq!(planned, vec![16, 16]);
         // `b` plans after `a` and sees what is left, not the room `a` saw.
-        b.reserve(|_, room| {
+        b.reserve(1, |_, room| {
             assert_eq!(room, 32);
             vec![]
         });
         assert_eq!(process.snapshot(), (64, 2, 32));
+    }
+
+    #[test]
+    fn a_reservation_of_bytes_held_twice_plans_from_half_the_room() {
+        let process = process(64);
+        let a = process.join(None);
+        let planned = a.reserve(2, |limit, room| {
+            assert_eq!((limit, room), (32, 32));
+            vec![16, 16]
+        });
+        assert_eq!(planned, vec![16, 16]);
+        assert_eq!(process.snapshot(), (64, 1, 64));
     }
 
     #[test]
