@@ -116,7 +116,11 @@ def held_in_the_trash(images, user, conf, stack):
 
     def delete():
         name = images.store(new_name("held"), data_of(4 * MiB))
-        trash_id, purging = _delete_image(images.pool, name, SNAP, conffile=str(conf), user=user)
+        # With operation timeouts (glance's rados_connect_timeout) the purge runs on the
+        # delete's connection, the client its mark names: the one the fence test blocklists.
+        trash_id, purging = _delete_image(
+            images.pool, name, SNAP, conffile=str(conf), user=user, connect_timeout=30
+        )
         assert purging
         return trash_id
 

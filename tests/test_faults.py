@@ -257,6 +257,49 @@ def test_a_delete_while_the_osd_is_down_fails_within_the_timeout_and_changes_not
     assert name not in clean_pool.names()
 
 
+def test_a_purge_the_osd_leaves_unanswered_times_out_says_so_and_ends_once_it_is_back(
+    cluster, clean_pool, osd_stopped, caplog
+):
+    """Without rados_connect_timeout (glance's default) the delete's connection waits for an
+    absent OSD for ever; the purge tries on one whose operations time out (30 s), so that a try
+    the OSD leaves unanswered fails, is a WARNING within a minute, and leaves the threads to the
+    next tries. The entry, held open until the OSD stops so that its first tries wait, goes once
+    the OSD is back and the hold ends."""
+    caplog.set_level(logging.INFO, logger="glance_rbd_native")
+    glance_rbd_native.patch()
+    store = make_store(cluster)  # rados_connect_timeout unset
+
+    def delete():
+        name = clean_pool.store(new_name("purge-osd-down"), data_of(MiB))
+        store.delete(locate(store, cluster, name))
+        return trash.names(clean_pool.ioctx)[name]
+
+    trash_id, held = trash.held_after(clean_pool.ioctx, delete)
+    osd_stopped()
+    stopped = time.monotonic()
+
+    def warned():
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.WARNING and f"trash id {trash_id}" in r.getMessage()
+        ]
+
+    said = wait_for(warned, timeout=60, what="the WARNING of a purge try the OSD left unanswered")
+    print(f"\nWARNING {time.monotonic() - stopped:.1f} s after the OSD stopped: {said[0]}")
+    assert "is not removed yet" in said[0] and "errno 110" in said[0], said
+    cluster.start_osd()
+    held.close()
+    wait_for(
+        lambda: (
+            trash_id not in trash.ids(clean_pool.ioctx)
+            and trash_id not in trash.marked(clean_pool.ioctx)
+        ),
+        timeout=90,
+        what="the entry and its mark gone once the OSD is back and the hold ended",
+    )
+
+
 # About 45 s, most of it the OSD's watch timeout lapsing before the image can be removed.
 @pytest.mark.load
 def test_osd_stopped_mid_read_errors_within_the_timeout(

@@ -60,6 +60,11 @@ pub trait Pool: Send + Sync + 'static {
     /// clean-up of its transfer.
     fn reconnect(&self) -> Result<Arc<dyn Pool>>;
 
+    /// The same pool through a connection whose operations time out after `seconds`, or this
+    /// one if its own do: for work in the background, which must not wait on an absent cluster
+    /// for ever (glance sets no timeout by default).
+    fn bounded(&self, seconds: u32) -> Result<Arc<dyn Pool>>;
+
     // Images as a delete uses them (`delete`).
 
     /// Unprotects snapshot `snap` of image `name`: EBUSY if it has clones, and with

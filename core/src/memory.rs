@@ -44,6 +44,8 @@ pub(crate) struct Faults {
     /// no manager answers; EACCES: the user's caps do not allow it).
     pub(crate) manager_error: Option<i32>,
     pub(crate) manager_takes: Duration,
+    /// A connection with operation timeouts (`Pool::bounded`) fails to connect with this.
+    pub(crate) bounded_error: Option<i32>,
 }
 
 /// What the operations did, for the tests' assertions.
@@ -57,6 +59,8 @@ pub(crate) struct Counts {
     /// Removals asked of the manager, taken or not; trash entries removed by the process.
     pub(crate) manager_asked: usize,
     pub(crate) trash_removals: usize,
+    /// Connections with operation timeouts asked for (`Pool::bounded`).
+    pub(crate) bounded_asked: usize,
 }
 
 struct Stored {
@@ -463,6 +467,16 @@ impl Pool for MemoryPool {
     fn forget_fenced(&self) {}
 
     fn reconnect(&self) -> Result<Arc<dyn Pool>> {
+        Ok(self.memory.pool(&self.name))
+    }
+
+    fn bounded(&self, _seconds: u32) -> Result<Arc<dyn Pool>> {
+        let mut state = self.memory.state();
+        state.counts.bounded_asked += 1;
+        if let Some(errno) = state.faults.bounded_error {
+            return Err(self.error(Op::Purge, &self.name, errno));
+        }
+        drop(state);
         Ok(self.memory.pool(&self.name))
     }
 

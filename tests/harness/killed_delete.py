@@ -20,13 +20,16 @@ from glance_rbd_native._native import NotFound, _delete_image
 
 def main() -> None:
     conf, pool, image, snapshot = sys.argv[1:5]
+    # With operation timeouts the purge runs on the delete's connection, where without them it
+    # connects anew (core/src/delete/purge.rs), which a paused monitor would stop short.
+    connection = {"conffile": conf, "user": "admin", "connect_timeout": 30}
     if "--wait" in sys.argv[5:]:
         # The connection is made, and kept, by a first call: the delete then needs no monitor.
         with contextlib.suppress(NotFound):
-            _delete_image(pool, f"{image}-not-there", conffile=conf, user="admin")
+            _delete_image(pool, f"{image}-not-there", **connection)
         print("connected", flush=True)
         sys.stdin.readline()
-    trash_id, purging = _delete_image(pool, image, snapshot, conffile=conf, user="admin")
+    trash_id, purging = _delete_image(pool, image, snapshot, **connection)
     assert purging
     print(trash_id, flush=True)
     if "--wait" in sys.argv[5:]:

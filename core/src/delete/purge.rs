@@ -12,7 +12,8 @@
 //! `GIVE_UP_AFTER` or `MAX_TRIES`, whichever comes first; then its mark says it was given up,
 //! and `glance-rbd-native sweep --remove` finishes it. What will not fix itself is a WARNING:
 //! a fence or a refusal at once, a removal still failing `WARN_AFTER` after its delete, a job
-//! given up.
+//! given up. Tries run on a connection whose operations time out (`TRY_TIMEOUT`, where glance
+//! sets no `rados_connect_timeout`): a try never waits on an absent cluster for longer.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,13 +38,18 @@ const WARN_AFTER: Duration = Duration::from_millis(if cfg!(test) { 300 } else { 
 /// How long the manager may be at a removal before that is said as a WARNING: it removes about
 /// 5 GiB a second on a test OSD, so an image of hundreds of GiB takes minutes.
 const MANAGER_WARN_AFTER: Duration = Duration::from_millis(if cfg!(test) { 1000 } else { 300_000 });
+/// The operation timeout, in seconds, of the connection the tries run on where glance sets none:
+/// a try the cluster does not answer fails after it, and the job is tried again later, so that
+/// the threads are never all waiting on OSDs that are away while other jobs could go on.
+const TRY_TIMEOUT: u32 = 30;
 /// How long a job is tried from its delete, and how many times, before it is given up.
 const GIVE_UP_AFTER: Duration = Duration::from_millis(if cfg!(test) { 3000 } else { 900_000 });
 const MAX_TRIES: u32 = 500;
 
 /// One image in the trash whose data is to be removed.
 pub(crate) struct Job {
-    /// Its pool, through the connection of its delete, or a new one once that was fenced.
+    /// Its pool, through the connection of its delete; then through one with operation
+    /// timeouts (`TRY_TIMEOUT`), or a new one once that was fenced.
     pub(crate) pool: Arc<dyn Pool>,
     pub(crate) name: String,
     pub(crate) id: String,
@@ -72,9 +78,11 @@ struct Pending {
     due: Instant,
     delay: Duration,
     tries: u32,
-    /// Whether its failing was said as a WARNING; whether its client was fenced.
+    /// Whether its failing was said as a WARNING; whether its client was fenced; whether its
+    /// pool's operations time out.
     warned: bool,
     fenced: bool,
+    bounded: bool,
 }
 
 impl Pending {
@@ -127,6 +135,7 @@ pub(crate) fn queue(job: Job) {
             tries: 0,
             warned: false,
             fenced: false,
+            bounded: false,
         },
         Instant::now(),
     );
@@ -143,11 +152,14 @@ fn attempt(pending: Pending) -> Option<(Pending, Instant)> {
 
 fn try_step(mut pending: Pending) -> Option<Pending> {
     pending.tries += 1;
-    let tried = match pending.step {
-        Step::Snapshot => remove_snapshot(&pending.job),
-        Step::Remove if by_manager(&pending.job) => Tried::Next(Step::Manager),
-        Step::Remove => remove_here(&pending.job),
-        Step::Manager => removed_by_manager(&pending.job),
+    let tried = match bound(&mut pending) {
+        Err(err) => Tried::Failed(err),
+        Ok(()) => match pending.step {
+            Step::Snapshot => remove_snapshot(&pending.job),
+            Step::Remove if by_manager(&pending.job) => Tried::Next(Step::Manager),
+            Step::Remove => remove_here(&pending.job),
+            Step::Manager => removed_by_manager(&pending.job),
+        },
     };
     let job = &pending.job;
     let target = job.pool.target(&job.name);
@@ -265,6 +277,16 @@ fn give_up_if_due(pending: Pending) -> Option<Pending> {
         job.deleted.elapsed().as_secs_f64(),
     );
     None
+}
+
+/// Moves the job onto a connection whose operations time out, before its first try: the
+/// delete's waits for the cluster as long as glance's settings say (for ever, by default).
+fn bound(pending: &mut Pending) -> Result<(), Error> {
+    if !pending.bounded {
+        pending.job.pool = pending.job.pool.bounded(TRY_TIMEOUT)?;
+        pending.bounded = true;
+    }
+    Ok(())
 }
 
 /// The job's pool through a new connection, in place of its fenced one.

@@ -266,3 +266,21 @@ fn an_image_with_other_snapshots_stays_in_the_trash_or_is_refused_by_older_rules
         "glance's snapshot goes first, as stock's does"
     );
 }
+
+#[test]
+fn the_purge_tries_on_a_connection_with_timeouts_and_waits_for_one() {
+    let memory = without_manager();
+    memory.faults(|f| f.bounded_error = Some(libc::ETIMEDOUT));
+    let job = deleted(&memory, "bounded", Some("snap"));
+    let id = job.id.clone();
+    purge::queue(job);
+    wait_for("tries to connect", Duration::from_secs(2), || {
+        memory.counts().bounded_asked >= 2
+    });
+    // Nothing is tried on the delete's connection, which may wait for ever.
+    assert!(!purged(&memory, &id) && memory.counts().trash_removals == 0);
+    memory.faults(|f| f.bounded_error = None);
+    wait_for("the purge, once connected", Duration::from_secs(2), || {
+        purged(&memory, &id)
+    });
+}

@@ -299,6 +299,19 @@ impl Cluster {
         self.forget("it was fenced (blocklisted)");
     }
 
+    /// A connection with these settings whose operations time out after `seconds`, shared as
+    /// any; None if this one's do already.
+    pub(crate) fn bounded(self: &Arc<Self>, seconds: u32) -> Result<Option<Arc<Cluster>>> {
+        if self.options.timeout.is_some() {
+            return Ok(None);
+        }
+        let options = ConnectOptions {
+            timeout: Some(seconds),
+            ..self.options.clone()
+        };
+        Cluster::shared(&options).map(Some)
+    }
+
     /// A connection in place of this one, which was fenced: for the clean-up of its transfer.
     pub(crate) fn replace_fenced(self: &Arc<Self>) -> Result<Arc<Cluster>> {
         self.forget_fenced();

@@ -124,6 +124,13 @@ impl io::Pool for RbdPool {
         RbdPool::open(&cluster, self.ioctx.pool())
     }
 
+    fn bounded(&self, seconds: u32) -> Result<Arc<dyn io::Pool>> {
+        match self.ioctx.cluster().bounded(seconds)? {
+            None => Ok(RbdPool::of(Arc::clone(&self.ioctx))),
+            Some(cluster) => RbdPool::open(&cluster, self.ioctx.pool()),
+        }
+    }
+
     fn snap_unprotect(&self, name: &str, snap: &str, clones_first: bool) -> Result<()> {
         let image = Image::open(Arc::clone(&self.ioctx), name, None)?;
         if clones_first && image.has_clones(snap)? {
