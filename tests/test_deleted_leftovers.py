@@ -17,7 +17,7 @@ import rbd
 from tests.harness import command, trash
 from tests.harness.command import CHECKOUT
 from tests.harness.data import MiB, data_of, new_name
-from tests.harness.stores import SNAP
+from tests.harness.stores import SNAP, glance_api_conf
 
 pytestmark = pytest.mark.cluster
 
@@ -266,6 +266,31 @@ def test_the_sweep_exits_1_while_an_entry_it_would_purge_is_held(clean_pool, con
         assert trash_id not in marked(clean_pool)
     finally:
         trash.discard(clean_pool.ioctx, trash_id)
+
+
+def test_a_removal_that_fails_leaves_that_entry_and_the_sweep_goes_on(
+    cluster, clean_pool, conf_file, tmp_path
+):
+    """`sweep --remove` as a user that may only read the pool: each entry's removal fails on
+    its own, is named with why, and the others are still tried; exit 1. The entries stay."""
+    entries = [in_the_trash(clean_pool, f"refused-{n}") for n in range(2)]
+    for name, trash_id in entries:
+        mark_as_by_a_dead_process(clean_pool, name, trash_id)
+    reader = cluster.user(
+        "reader", mon="profile rbd", osd=f"profile rbd-read-only pool={cluster.pool}"
+    )
+    conf = glance_api_conf(tmp_path / "reader.conf", cluster.pool, "reader", reader)
+    try:
+        done = command.run(conf, "sweep", "--remove", "--format", "json", status=1)
+        report = json.loads(done.stdout)[0]
+        outcomes = {d["image"]: d["outcome"] for d in report["deletes"]}
+        assert report["left"] == 2, report
+        for name, trash_id in entries:
+            assert outcomes[name].startswith("left: "), outcomes
+            assert trash_id in trash_names(clean_pool).values() and trash_id in marked(clean_pool)
+    finally:
+        for _, trash_id in entries:
+            trash.discard(clean_pool.ioctx, trash_id)
 
 
 def mark_as_by_this_process(images, name, image_id, **extra):

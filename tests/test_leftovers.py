@@ -494,6 +494,36 @@ def test_the_command_says_what_is_wrong(cluster, tmp_path, conf_file):
     assert code == 1 and "cannot connect" in err, err
 
 
+def test_a_backend_that_cannot_be_read_is_reported_failed_beside_the_others(
+    cluster, clean_pool, tmp_path
+):
+    """Two backends, the second's monitors unreachable: the first is still reported, in text
+    and in JSON, the second as failed with why, and the status is 1 for cron."""
+    ceph_conf = tmp_path / "ceph.conf"
+    ceph_conf.write_text(
+        cluster.conf_path.read_text().replace(
+            f"mon host = v2:127.0.0.1:{cluster.port}", "mon host = v2:127.0.0.1:9"
+        )
+    )
+    store = f"rbd_store_pool = {cluster.pool}\nrbd_store_user = admin\nrados_connect_timeout = 3\n"
+    conf = tmp_path / "glance-api.conf"
+    conf.write_text(
+        "[DEFAULT]\nenabled_backends = good:rbd, away:rbd\n"
+        "[glance_store]\ndefault_backend = good\n"
+        f"[good]\n{store}rbd_store_ceph_conf = {cluster.conf_path}\n"
+        f"[away]\n{store}rbd_store_ceph_conf = {ceph_conf}\n"
+    )
+    code, out, err = cli(conf, "status", check=False)
+    assert code == 1, out + err
+    assert f"good: {cluster.pool}: no upload in flight" in out
+    assert err.startswith("glance-rbd-native: backend away: cannot connect"), err
+    assert "Warning" not in err, err  # glance_store's and eventlet's are for glance-api's log
+    done = command.run(conf, "status", "--format", "json", status=1)
+    good, away = json.loads(done.stdout)
+    assert (good["backend"], good["uploads"], "error" not in good) == ("good", [], True)
+    assert away["backend"] == "away" and away["error"].startswith("backend away: cannot connect")
+
+
 def test_a_leftover_whose_writer_may_live_stays_a_duplicate(cluster, clean_pool):
     """As stock: an image that is there and not provably a dead writer's is a Duplicate."""
     from glance_store import exceptions

@@ -7,23 +7,25 @@ whose data a process that is gone was removing.
     glance-rbd-native sweep --include-unmarked --older-than 1d [--remove IMAGE... | --all-unmarked]
 
 It reads glance-api's configuration as glance-manage does, and looks at every rbd backend of
-``enabled_backends`` (or the ``[glance_store]`` one), or at ``--backend NAME``. The options go
-before or after the command. ``sweep`` changes nothing without ``--remove``. Exit status: 0 when
-it ran (and ``sweep --remove`` removed all it set out to), 1 when a cluster could not be read or
-``sweep --remove`` left some of what it set out to remove (each named), 2 for a bad command line
-or configuration. The rules are in ``leftovers``.
+``enabled_backends`` (or the ``[glance_store]`` one), or at ``--backend NAME``: one that cannot
+be read is reported as failed, and the others still are. The options go before or after the
+command. ``sweep`` changes nothing without ``--remove``, which goes on past a removal that fails.
+Exit status (``EXIT_*``): 0 when every backend was read (and ``sweep --remove`` removed all it set
+out to), 1 when a backend could not be read or ``sweep --remove`` left some of what it set out to
+remove (each named), 2 for a bad command line or configuration. The rules are in ``leftovers``.
 """
 
 import argparse
 import errno
 import json
 import logging
+import os
 import re
 import sys
 import time
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Optional, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypedDict, TypeVar, cast
 
 from glance_rbd_native import compat, leftovers, settings
 from glance_rbd_native.leftovers import deletes, printable
@@ -31,6 +33,12 @@ from glance_rbd_native.units import duration, size
 
 if TYPE_CHECKING:
     from oslo_config import cfg
+
+EXIT_DONE = 0
+# A backend that could not be read, or something `sweep --remove` set out to remove is left.
+EXIT_LEFT = 1
+# A bad command line or configuration: what was asked cannot be run as it is.
+EXIT_USAGE = 2
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # What status lists, and what sweep lists as kept.
@@ -60,12 +68,14 @@ class Result(_Result, total=False):
     left: int
     # sweep --include-unmarked: "read", or why not
     database: str
+    # a backend that could not be read: why (it has no other field then)
+    error: str
 
 
 class Failure(Exception):
     """A message for the operator, and the exit status that goes with it."""
 
-    def __init__(self, message: str, status: int = 1) -> None:
+    def __init__(self, message: str, status: int = EXIT_LEFT) -> None:
         super().__init__(message)
         self.status = status
 
@@ -82,16 +92,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.presume_gone_after is None:
             args.presume_gone_after = settings.presume_gone_after(conf)
         referenced = _referenced(conf) if getattr(args, "include_unmarked", False) else None
-        results = [_run(args, backend, referenced) for backend in backends]
     except Failure as failure:
         print(f"glance-rbd-native: {failure}", file=sys.stderr)
         return failure.status
+    results, statuses = [], []
+    for backend in backends:
+        result, status = _report(args, backend, referenced)
+        results.append(result)
+        statuses.append(status)
     if args.format == "json":
         print(json.dumps(results, indent=2))
     else:
         for result in results:
             _print(args, result)
-    return 1 if any(result.get("left") for result in results) else 0
+    return max(statuses, default=EXIT_DONE)
+
+
+def _report(
+    args: argparse.Namespace, backend: "Backend", referenced: Optional[Referenced]
+) -> tuple[Result, int]:
+    """What one backend holds, and its exit status: a backend that cannot be read is reported
+    as failed, and the others still are."""
+    failure = backend.failure
+    if failure is None:
+        try:
+            result = _run(args, backend, referenced)
+        except Failure as raised:
+            failure = raised
+        else:
+            return result, EXIT_LEFT if result.get("left") else EXIT_DONE
+    return {"backend": backend.name, "pool": backend.pool, "error": str(failure)}, failure.status
 
 
 def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -191,11 +221,13 @@ def _check(args: argparse.Namespace) -> None:
     if args.command != "sweep":
         return
     if args.include_unmarked and args.older_than is None:
-        raise Failure("--include-unmarked needs --older-than AGE", 2)
+        raise Failure("--include-unmarked needs --older-than AGE", EXIT_USAGE)
     if (args.images or args.all_unmarked) and not (args.include_unmarked and args.remove):
-        raise Failure("IMAGE and --all-unmarked go with --include-unmarked --remove", 2)
+        raise Failure("IMAGE and --all-unmarked go with --include-unmarked --remove", EXIT_USAGE)
     if args.images and args.all_unmarked:
-        raise Failure("name the unmarked images to remove, or give --all-unmarked: not both", 2)
+        raise Failure(
+            "name the unmarked images to remove, or give --all-unmarked: not both", EXIT_USAGE
+        )
 
 
 def _age(text: str) -> int:
@@ -206,14 +238,17 @@ def _age(text: str) -> int:
 
 
 class Backend:
-    """One rbd backend of glance's configuration, as its Store reads it."""
+    """One rbd backend of glance's configuration, as its Store reads it; ``failure`` if its
+    Store could not be configured (glance_store 5 connects then)."""
 
-    def __init__(self, name: str, store: compat.RbdStore) -> None:
+    def __init__(self, name: str, store: compat.RbdStore, failure: Optional[Failure]) -> None:
+        options = compat.store_options(store)
         self.name = name
-        self.pool = store.pool
-        self.conffile = store.conf_file or None
-        self.user = compat.store_options(store).rbd_store_user or None
+        self.pool: str = getattr(store, "pool", None) or options.rbd_store_pool
+        self.conffile = options.rbd_store_ceph_conf or None
+        self.user = options.rbd_store_user or None
         self.timeout = compat.connect_timeout(store)
+        self.failure = failure
 
 
 def _backends(
@@ -234,7 +269,7 @@ def _backends(
             prog="glance-api",
         )
     except cfg.Error as exc:
-        raise Failure(f"cannot read the configuration: {exc}", 2) from exc
+        raise Failure(f"cannot read the configuration: {exc}", EXIT_USAGE) from exc
     if conf.enabled_backends:
         import glance_store.multi_backend
 
@@ -250,29 +285,39 @@ def _backends(
             raise Failure(
                 f"no rbd backend {only!r} in the configuration (rbd backends: "
                 f"{', '.join(names) or 'none'})",
-                2,
+                EXIT_USAGE,
             )
         names = [only]
     if not names:
         raise Failure(
-            "the configuration has no rbd backend (enabled_backends, or [glance_store] stores)", 2
+            "the configuration has no rbd backend (enabled_backends, or [glance_store] stores)",
+            EXIT_USAGE,
         )
     backends = []
     for name in names:
+        failure = None
+        store = rbd.Store(conf, backend=None if name == "glance_store" else name)
         try:
-            store = rbd.Store(conf, backend=None if name == "glance_store" else name)
             # glance_store 5 connects here, for the cluster's fsid.
             store.configure_add()
-        except (exceptions.BadStoreConfiguration, cfg.Error) as exc:
-            raise Failure(f"backend {name}: {exc}", 2) from exc
-        except (rados.Error, exceptions.BackendException) as exc:
-            # BackendException says only "Error connecting to ceph cluster": librados' error
-            # is its context.
+        except (
+            rados.Error,
+            exceptions.BackendException,
+            exceptions.BadStoreConfiguration,
+            cfg.Error,
+        ) as exc:
+            # BackendException says only "Error connecting to ceph cluster", and glance_store
+            # 5 calls a connect that failed a BadStoreConfiguration: librados' error is their
+            # context. Without one, the configuration is wrong.
             cause = exc if isinstance(exc, rados.Error) else exc.__context__
+            if not isinstance(cause, rados.Error) and not isinstance(
+                exc, exceptions.BackendException
+            ):
+                raise Failure(f"backend {name}: {exc}", EXIT_USAGE) from exc
             options = compat.store_options(store)
             conffile = options.rbd_store_ceph_conf or None
-            raise _connect_failure(name, conffile, options.rbd_store_user or None, cause) from exc
-        backends.append(Backend(name, store))
+            failure = _connect_failure(name, conffile, options.rbd_store_user or None, cause)
+        backends.append(Backend(name, store, failure))
     return conf, backends
 
 
@@ -280,17 +325,21 @@ def _connect_failure(
     name: str, conffile: Optional[str], user: Optional[str], exc: Optional[BaseException]
 ) -> Failure:
     """A connection to the cluster that failed, in the native driver's words (with what the
-    keyring holds) where librados gave an errno."""
+    keyring holds) where librados gave an errno; a usage error where the configuration names a
+    Ceph configuration file that is not there."""
     from glance_rbd_native import _native
 
+    missing = conffile is not None and not os.path.exists(conffile)
+    status = EXIT_USAGE if missing else EXIT_LEFT
     code = getattr(exc, "errno", None)
     if code is None:
         return Failure(
             f"backend {name}: cannot connect to the Ceph cluster (conf {conffile or 'default'}, "
-            f"user {user or 'default'}): {exc}"
+            f"user {user or 'default'}): {exc}",
+            status,
         )
     why = _native._connect_failure(code, conffile=conffile, user=user)
-    return Failure(f"backend {name}: {why}")
+    return Failure(f"backend {name}: {why}", status)
 
 
 def _single_store_types(conf: "cfg.ConfigOpts") -> set[str]:
@@ -414,28 +463,47 @@ def _look(
         outcomes = []
         for listed_delete, deletion in zip(result["deletes"], listed_deletes):
             if deletion.state == "gone":
-                listed_delete["outcome"] = deletes.purge(pool.ioctx, deletion)
+                listed_delete["outcome"] = _tried(deletes.purge, pool.ioctx, deletion)
                 outcomes.append(listed_delete["outcome"])
+        # Stale marks: one that changed since it was read is someone's, and not left over.
         for deletion in stale_deletes:
-            deletes.purge(pool.ioctx, deletion)
+            _tried(deletes.purge, pool.ioctx, deletion)
         for listed, upload in zip(result["gone"], gone):
-            listed["outcome"] = leftovers.remove(pool, upload)
+            listed["outcome"] = _tried(leftovers.remove, pool, upload)
             outcomes.append(listed["outcome"])
         chosen = set(args.images)
         for listed, upload in zip(result["unmarked"], unmarked):
             if args.all_unmarked or upload.image in chosen:
-                listed["outcome"] = leftovers.remove(pool, upload)
+                listed["outcome"] = _tried(leftovers.remove, pool, upload)
                 outcomes.append(listed["outcome"])
             else:
                 listed["outcome"] = "kept: not named on the command line"
         for upload in stale:
-            leftovers.remove(pool, upload)
+            _tried(leftovers.remove, pool, upload)
         result["left"] = sum(leftovers.left(outcome) for outcome in outcomes)
     return result
 
 
+_Removed = TypeVar("_Removed", leftovers.Upload, deletes.Deletion)
+
+
+def _tried(remove: Callable[[Any, _Removed], str], where: Any, removed: _Removed) -> str:
+    """The outcome of one removal; one the cluster fails is "left", and the others go on."""
+    import rados
+    import rbd
+
+    try:
+        return remove(where, removed)
+    except (rados.Error, rbd.Error, OSError) as exc:
+        return f"left: {type(exc).__name__}: {exc}"
+
+
 def _print(args: argparse.Namespace, result: Result) -> None:
     where = f"{result['backend']}: {result['pool']}"
+    if "error" in result:
+        # Its message names the backend; the others' reports follow on stdout.
+        print(f"glance-rbd-native: {result['error']}", file=sys.stderr)
+        return
     if args.command == "status":
         if not result["uploads"]:
             print(f"{where}: no upload in flight")

@@ -37,6 +37,7 @@ class RbdStore(Protocol):
 class RbdOptions(Protocol):
     """The rbd options of a store (``store_options``), as oslo.config answers them."""
 
+    rbd_store_pool: str
     rbd_store_user: Optional[str]
     rbd_store_ceph_conf: Optional[str]
     rados_connect_timeout: Optional[int]
