@@ -264,10 +264,13 @@ def test_a_purge_the_osd_leaves_unanswered_times_out_says_so_and_ends_once_it_is
     absent OSD for ever; the purge tries on one whose operations time out (30 s), so that a try
     the OSD leaves unanswered fails, is a WARNING within a minute, and leaves the threads to the
     next tries. The entry, held open until the OSD stops so that its first tries wait, goes once
-    the OSD is back and the hold ends."""
+    the OSD is back and the hold ends. The user has no mgr cap, so that the process removes the
+    data itself: a manager that took the removal would retry it on a schedule of its own."""
     caplog.set_level(logging.INFO, logger="glance_rbd_native")
     glance_rbd_native.patch()
-    store = make_store(cluster)  # rados_connect_timeout unset
+    pool = f"profile rbd pool={cluster.pool}"
+    conf = cluster.user("purging", mon="profile rbd", osd=pool)
+    store = make_store(cluster, user="purging", conf_file=conf)  # rados_connect_timeout unset
 
     def delete():
         name = clean_pool.store(new_name("purge-osd-down"), data_of(MiB))
