@@ -1,6 +1,11 @@
 """The docs name what exists: the tests, paths and make targets that README.md, CONTRIBUTING.md
-and docs/ cite, and CONTRIBUTING.md's layout against the tree. CHANGELOG.md is history, not
-checked: what it names may since have moved.
+and docs/ cite, and CONTRIBUTING.md's layout against the tree. CHANGELOG.md is history: only
+its Unreleased section is checked (each heading once, what it names exists).
+
+Claims about the code are checked against their one source: the operations README.md says are
+native against `patch()`'s; the contract files the docs list against tests/harness/contract.py;
+every test file has a line in docs/testing.md; a table quoting `make bench`'s rows against the
+results file the text names before it; README.md's time of `make test` against docs/testing.md.
 
 The rules, for each word of code in the text (`like this`):
 - a test file, `test_x.py`, `e2e/test_x.py`, `tests/distro/test_x.py` (from the checkout's root
@@ -20,6 +25,7 @@ The rules, for each word of code in the text (`like this`):
 
 import ast
 import functools
+import html
 import pathlib
 import re
 import subprocess
@@ -39,6 +45,7 @@ OTHERS = {"driver.py", "backend.py", "multi_backend.py", "rbd.py", "image_data.p
 LAYOUT_FOLDERS = {
     "src",
     "core/src",
+    "core/src/delete",
     "core/src/rbd",
     "core/src/transfer",
     "python/glance_rbd_native",
@@ -305,3 +312,146 @@ def test_the_layout_names_every_folder_and_module():
     assert not unnamed, (
         f"CONTRIBUTING.md's Layout names neither the path nor the file name of: {unnamed}"
     )
+
+
+# What a test can see of the claims the docs make about the code, each from its one source.
+PATCHING = CHECKOUT / "python/glance_rbd_native/patching.py"
+TESTING = "docs/testing.md"
+RESULTS = re.compile(r"benchmarks/results/[\w.-]+\.json")
+TABLE_HEADER = "| case | measured | target | met |"
+UNRELEASED_HEADINGS = ("### Added", "### Changed", "### Fixed")
+
+
+def native_operations() -> set[str]:
+    """The Store methods `patch()` replaces: the keys of its `native` dict."""
+    for node in ast.walk(ast.parse(PATCHING.read_text())):
+        if (
+            isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == ["native"]
+            and isinstance(node.value, ast.Dict)
+        ):
+            return {key.value for key in node.value.keys if isinstance(key, ast.Constant)}
+    raise AssertionError(f"no `native = {{...}}` in {PATCHING}")
+
+
+def sentences_with(doc: str, words: str) -> list[str]:
+    """The sentences of `doc` (its lines joined) that contain `words`."""
+    text = " ".join((CHECKOUT / doc).read_text().split())
+    return [s for s in re.split(r"(?<=[.:;])\s", text) if words in s]
+
+
+@pytest.mark.parametrize("says", ["replaces the driver's", "are native;"])
+def test_the_readme_names_the_operations_the_patch_replaces(says):
+    (sentence,) = sentences_with("README.md", says)
+    named = {span.removeprefix("Store.") for span in SPAN.findall(sentence)}
+    assert named == native_operations(), f"README.md: {sentence!r}"
+
+
+def test_the_contract_files_are_named_as_the_guard_names_them():
+    """Each paragraph that lists the contract files after `tests/harness/contract.py` lists its
+    FILES, all of them."""
+    from tests.harness import contract
+
+    wrong = []
+    for doc in DOCS:
+        for paragraph in (CHECKOUT / doc).read_text().split("\n\n"):
+            if "contract files" not in paragraph or "`tests/harness/contract.py`" not in paragraph:
+                continue
+            named = {
+                span for span in SPAN.findall(paragraph) if re.fullmatch(r"test_\w+\.py", span)
+            }
+            if named != set(contract.FILES):
+                wrong.append(f"{doc}: {sorted(named)}")
+    assert not wrong, f"the contract files are {sorted(contract.FILES)}, not:\n" + "\n".join(wrong)
+
+
+def test_every_test_file_is_in_testing_md():
+    text = (CHECKOUT / TESTING).read_text()
+    files = [p for p in tree() if re.fullmatch(r"tests/(e2e/|distro/)?test_\w+\.py", p)]
+    missing = [p for p in files if not re.search(rf"`[\w/]*\b{pathlib.PurePath(p).name}`", text)]
+    assert not missing, f"{TESTING} does not name: {missing}"
+
+
+def quoted_tables(doc: str) -> list[tuple[str, int, list[list[str]]]]:
+    """(results file, line, rows) of each table of `doc` that quotes `make bench`'s rows: the
+    results file is the last one the text names before the table."""
+    lines = (CHECKOUT / doc).read_text().splitlines()
+    tables = []
+    for number, line in enumerate(lines):
+        if line.strip() != TABLE_HEADER:
+            continue
+        named = [m for before in lines[:number] for m in RESULTS.findall(before)]
+        assert named, f"{doc}:{number + 1}: a table of results without its results file"
+        rows = []
+        for row in lines[number + 2 :]:
+            if not row.startswith("|"):
+                break
+            cells = row.strip().strip("|").split(" | ")
+            rows.append([html.unescape(cell.strip()) for cell in cells])  # `&#124;` is a `|`
+        tables.append((named[-1], number + 1, rows))
+    return tables
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_the_figures_quoted_from_a_results_file_are_its_own(doc):
+    import json
+
+    met_words = {True: "yes", False: "no", None: "-"}
+    wrong = []
+    for results, line, rows in quoted_tables(doc):
+        kept = json.loads((CHECKOUT / results).read_text())["rows"]
+        by_case = {row["case"]: row for row in kept}
+        for case, measured, target, met in rows:
+            row = by_case.get(case)
+            if row is None or (measured, target, met) != (
+                row["measured"],
+                row["target"],
+                met_words[row["met"]],
+            ):
+                wrong.append(f"{doc}:{line}: {case!r} is not {results}'s row")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_time_of_make_test_is_testing_md_s():
+    """README.md quotes the time of `make test` that docs/testing.md's table gives."""
+    (quoted,) = re.findall(
+        r"`make test` took ([\d.]+) minutes", (CHECKOUT / "README.md").read_text()
+    )
+    (row,) = [
+        line
+        for line in (CHECKOUT / TESTING).read_text().splitlines()
+        if line.startswith("| `make test` |")
+    ]
+    assert f"| {quoted} min on a fresh machine" in row, row
+
+
+def test_the_changelog_s_unreleased_section_has_each_heading_once_and_names_what_exists():
+    text = (CHECKOUT / "CHANGELOG.md").read_text()
+    unreleased = text.split("\n## Unreleased\n", 1)[1].split("\n## ", 1)[0]
+    headings = re.findall(r"^### .*$", unreleased, re.MULTILINE)
+    assert sorted(headings) == sorted(set(headings)), headings
+    assert set(headings) <= set(UNRELEASED_HEADINGS), headings
+    prose = re.sub(r"```.*?```", "", unreleased, flags=re.DOTALL)
+    problems = [
+        f"`{span}`: {problem}"
+        for span in (" ".join(s.split()) for s in SPAN.findall(prose))
+        for problem in problems_of_span(span)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_a_table_of_contents_lists_every_section(doc):
+    """A doc that opens with a list of its sections lists each `##` heading, in order."""
+    text = (CHECKOUT / doc).read_text()
+    before_sections = text.split("\n## ", 1)[0]
+    listed = re.findall(r"^- \[[^\]]+\]\(#([\w-]+)\)$", before_sections, re.MULTILINE)
+    if not listed:
+        return
+    sections = [slug(h) for h in re.findall(r"^## (.+)$", text, re.MULTILINE)]
+    assert listed == sections, f"{doc}: its contents {listed}, its sections {sections}"

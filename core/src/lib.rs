@@ -8,6 +8,7 @@
 pub mod delete;
 pub mod error;
 pub mod io;
+mod json;
 #[cfg(test)]
 mod memory;
 pub mod rbd;

@@ -5,6 +5,7 @@ from typing import Dict, List, Literal, Optional, Sequence, Tuple, Type, TypedDi
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import Self
 
 DEFAULT_MAX_IN_FLIGHT: int
 ZERO_BLOCK: int
@@ -52,8 +53,25 @@ class InternalError(RuntimeError):
 
 _Data = Union[bytes, bytearray, memoryview, npt.NDArray[np.uint8]]
 
+class _OneImage:
+    """Not in the module: what `RbdWriter` and `RbdReader` share. Each is of one image of one
+    pool, and a context manager: leaving the `with` block ends the transfer (a writer that did
+    not finish aborts, a reader closes); an exception raised in it propagates."""
+
+    @property
+    def pool(self) -> str: ...
+    @property
+    def image(self) -> str: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
 @final
-class RbdWriter:
+class RbdWriter(_OneImage):
     """Streams one image into an RBD pool with asynchronous writes, bounded in flight by its
     share of the process bound (`set_max_in_flight`), and by `max_in_flight` if given."""
 
@@ -78,19 +96,8 @@ class RbdWriter:
         """Waits for all writes, trims, snapshots; returns the bytes written."""
     def abort(self) -> None:
         """Drains the writes in flight and removes the snapshot and image. Safe to call twice."""
-    def __enter__(self) -> RbdWriter: ...
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> bool: ...
     @property
     def fsid(self) -> str: ...
-    @property
-    def pool(self) -> str: ...
-    @property
-    def image(self) -> str: ...
     @property
     def size(self) -> int:
         """The size declared at creation; 0 when unknown."""
@@ -110,7 +117,7 @@ class RbdWriter:
         """True once finished or aborted."""
 
 @final
-class RbdReader:
+class RbdReader(_OneImage):
     """Reads one image (or a snapshot of it) in order, chunk by chunk, with asynchronous reads
     in flight ahead of the consumer, bounded by its share of the process bound
     (`set_max_in_flight`), and by `max_in_flight` if given. Each chunk is a new `bytes`."""
@@ -132,20 +139,9 @@ class RbdReader:
         """The next chunk; StopIteration at the end, and once closed."""
     def close(self) -> None:
         """Stops reading: waits for the reads in flight, closes the image. Safe to call again."""
-    def __enter__(self) -> RbdReader: ...
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> bool: ...
     @property
     def size(self) -> int:
         """The size of the image (or of its snapshot), read when it was opened."""
-    @property
-    def pool(self) -> str: ...
-    @property
-    def image(self) -> str: ...
     @property
     def snapshot(self) -> Optional[str]: ...
     @property

@@ -392,8 +392,6 @@ def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Refere
     import rados
     import rbd
 
-    from glance_rbd_native import _native
-
     try:
         cluster = leftovers.connect(backend.conffile, backend.user, backend.timeout)
     except rados.Error as exc:
@@ -410,22 +408,24 @@ def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Refere
         rbd.PermissionError,
         PermissionError,
     ) as exc:
-        # The native driver's words for it, as for the timeout below.
-        advice = _native._caps_advice(errno.EPERM, backend.pool, entity)
-        raise Failure(
-            f"backend {backend.name}: the cluster refused {entity} in pool "
-            f"{backend.pool!r} ({exc}): {advice}"
-        ) from exc
+        raise _refused(backend, entity, errno.EPERM, "refused {entity} in {pool}", exc) from exc
     except (rados.TimedOut, rbd.Timeout) as exc:
-        advice = _native._caps_advice(errno.ETIMEDOUT, backend.pool, entity)
-        raise Failure(
-            f"backend {backend.name}: the cluster did not answer {entity} in pool "
-            f"{backend.pool!r} in time ({exc}): {advice}"
-        ) from exc
+        what = "did not answer {entity} in {pool} in time"
+        raise _refused(backend, entity, errno.ETIMEDOUT, what, exc) from exc
     except (rados.Error, rbd.Error) as exc:
         raise Failure(f"backend {backend.name}: {exc}") from exc
     finally:
         cluster.shutdown()
+
+
+def _refused(backend: Backend, entity: str, code: int, what: str, exc: Exception) -> Failure:
+    """The cluster refused the user, or left it unanswered, in the backend's pool (`what`, of
+    `{entity}` and `{pool}`): in the native driver's words, with the caps glance's user needs."""
+    from glance_rbd_native import _native
+
+    advice = _native._caps_advice(code, backend.pool, entity)
+    what = what.format(entity=entity, pool=f"pool {backend.pool!r}")
+    return Failure(f"backend {backend.name}: the cluster {what} ({exc}): {advice}")
 
 
 def _look(
@@ -499,63 +499,69 @@ def _tried(remove: Callable[[Any, _Removed], str], where: Any, removed: _Removed
 
 
 def _print(args: argparse.Namespace, result: Result) -> None:
-    where = f"{result['backend']}: {result['pool']}"
     if "error" in result:
         # Its message names the backend; the others' reports follow on stdout.
         print(f"glance-rbd-native: {result['error']}", file=sys.stderr)
         return
-    if args.command == "status":
-        if not result["uploads"]:
-            print(f"{where}: no upload in flight")
-        for upload in result["uploads"]:
-            print(
-                f"{where}/{upload['image']}  {_STATE_WORDS[upload['state']]}  "
-                f"{_writer(upload)}  age {duration(upload['age_seconds'])}  "
-                f"{size(upload['bytes'])} stored  {_rate(upload)}  ({upload['reason']})"
-            )
-        for deletion in result["deletes"]:
-            print(
-                f"{where}/{deletion['image']}  deleted, data in the trash as "
-                f"{deletion['image_id']}  {_DELETE_WORDS[deletion['state']]}  "
-                f"{_writer(deletion)}  age {duration(deletion['age_seconds'])}  "
-                f"({deletion['reason']})"
-            )
-        return
+    lines = _status_lines(result) if args.command == "status" else _sweep_lines(args, result)
+    for line in lines:
+        print(line)
+
+
+def _status_lines(result: Result) -> list[str]:
+    """`status`: each upload in flight, then each delete whose data is being removed."""
+    where = f"{result['backend']}: {result['pool']}"
+    lines = [] if result["uploads"] else [f"{where}: no upload in flight"]
+    lines += [
+        f"{where}/{u['image']}  {_STATE_WORDS[u['state']]}  {_writer(u)}  "
+        f"age {duration(u['age_seconds'])}  {size(u['bytes'])} stored  {_rate(u)}  "
+        f"({u['reason']})"
+        for u in result["uploads"]
+    ]
+    lines += [
+        f"{where}/{d['image']}  deleted, data in the trash as {d['image_id']}  "
+        f"{_DELETE_WORDS[d['state']]}  {_writer(d)}  age {duration(d['age_seconds'])}  "
+        f"({d['reason']})"
+        for d in result["deletes"]
+    ]
+    return lines
+
+
+def _sweep_lines(args: argparse.Namespace, result: Result) -> list[str]:
+    """`sweep`: what it removes (or would), what it keeps and why, then the totals."""
+    where = f"{result['backend']}: {result['pool']}"
     verb = "removed" if args.remove else "would remove"
-    if not result["gone"]:
-        print(f"{where}: no partial image whose writer is gone")
-    for upload in result["gone"]:
-        print(
-            f"{where}/{upload['image']}  {upload.get('outcome', verb)}: {upload['reason']}; "
-            f"{_writer(upload)}, started {duration(upload['age_seconds'])} ago, "
-            f"{size(upload['bytes'])} stored"
-        )
-    for upload in result["kept"]:
-        print(f"{where}/{upload['image']}  kept: {upload['reason']}")
     purge = "purged" if args.remove else "would purge"
-    for deletion in result["deletes"]:
-        what = f"{where}/{deletion['image']} (deleted, trash id {deletion['image_id']})"
-        if deletion["state"] == "gone":
-            print(f"{what}  {deletion.get('outcome', purge)}: {deletion['reason']}")
-        else:
-            print(f"{what}  kept: {deletion['reason']}")
+    lines = [] if result["gone"] else [f"{where}: no partial image whose writer is gone"]
+    lines += [
+        f"{where}/{u['image']}  {u.get('outcome', verb)}: {u['reason']}; {_writer(u)}, "
+        f"started {duration(u['age_seconds'])} ago, {size(u['bytes'])} stored"
+        for u in result["gone"]
+    ]
+    lines += [f"{where}/{u['image']}  kept: {u['reason']}" for u in result["kept"]]
+    for d in result["deletes"]:
+        done = d.get("outcome", purge) if d["state"] == "gone" else "kept"
+        lines.append(
+            f"{where}/{d['image']} (deleted, trash id {d['image_id']})  {done}: {d['reason']}"
+        )
     if "database" in result and result["database"] != "read":
-        print(
+        lines.append(
             f"{where}: glance's database was {result['database']}: the unmarked images below "
             "may still be glance's"
         )
-    for upload in result["unmarked"]:
-        print(
-            f"{where}/{upload['image']}  {upload.get('outcome', verb)} (unmarked): "
-            f"{upload['reason']}; created {duration(upload['age_seconds'])} ago"
-        )
+    lines += [
+        f"{where}/{u['image']}  {u.get('outcome', verb)} (unmarked): {u['reason']}; "
+        f"created {duration(u['age_seconds'])} ago"
+        for u in result["unmarked"]
+    ]
     if result["stale_marks"]:
         done = "dropped" if args.remove else "--remove drops them"
-        print(
+        lines.append(
             f"{where}: {result['stale_marks']} stale marks of finished or removed images ({done})"
         )
     if result.get("left"):
-        print(f"{where}: {result['left']} of those to remove are left, each with why above")
+        lines.append(f"{where}: {result['left']} of those to remove are left, each with why above")
+    return lines
 
 
 _DELETE_WORDS = {"deleting": "deleter alive", "gone": "deleter GONE", "kept": "KEPT"}

@@ -19,9 +19,10 @@ use std::sync::Arc;
 
 use crate::error::{Error, Op, Result};
 use crate::io::{OmapChange, OmapWrite, Pool};
+use crate::json::json_string;
 use crate::rbd::cluster::Cluster;
 use crate::rbd::pool::RbdPool;
-use crate::transfer::mark::{given_up, identity, json_string, unix_now};
+use crate::transfer::mark::{given_up, identity, unix_now};
 
 /// The index object of deletions in progress, one per pool. Its format is read by
 /// python/glance_rbd_native/leftovers.

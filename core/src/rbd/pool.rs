@@ -183,7 +183,7 @@ impl io::Pool for RbdPool {
         let spec = format!("{}/{id}", self.ioctx.pool());
         let command = format!(
             r#"{{"prefix":"rbd task add trash remove","image_id_spec":{},"format":"json"}}"#,
-            crate::transfer::mark::json_string(&spec)
+            crate::json::json_string(&spec)
         );
         self.ioctx.cluster().mgr_command(&command, wait).map(drop)
     }

@@ -29,25 +29,9 @@ if TYPE_CHECKING:
     import rados
 
 DELETES = "glance_rbd_native.deletes"
-REQUIRED = {
-    "host": str,
-    "boot_id": str,
-    "pid": int,
-    "process_start": int,
-    "started": float,
-    "image": str,
-    "image_id": str,
-}
-# "snapshot": glance's snapshot, moved to the trash with the image, that the purge removes first;
-# "given_up": when the deleter gave up removing the data (its tries were over), for the sweep.
-OPTIONAL = {
-    "pid_ns": int,
-    "cgroup": str,
-    "client": int,
-    "addr": str,
-    "snapshot": str,
-    "given_up": float,
-}
+REQUIRED = {**index.WRITER, "image": str, "image_id": str}
+# "snapshot": glance's snapshot, moved to the trash with the image, that the purge removes first.
+OPTIONAL = {**index.WRITER_OPTIONAL, "snapshot": str}
 
 
 class _DeletionDict(TypedDict):

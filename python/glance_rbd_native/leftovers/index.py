@@ -21,26 +21,22 @@ INDEX = "glance_rbd_native.uploads"
 # A page of the index: it holds the uploads in flight, not the pool's images.
 PAGE = 1000
 
-# Fields every mark has, with their types. Marks of older releases lack the optional ones.
-REQUIRED = {
-    "host": str,
-    "boot_id": str,
-    "pid": int,
-    "process_start": int,
-    "started": float,
-    "updated": float,
-    "bytes": int,
-}
-OPTIONAL = {
+# Who wrote a mark, an upload's or a delete's (core/src/transfer/mark.rs `identity`), with the
+# types of its fields: its process, where `sight` looks for it, and its librados client. Marks
+# of older releases lack the optional ones. `given_up`: when its tries to remove what it left
+# ended (core/src/transfer/janitor.rs, core/src/delete/purge.rs).
+WRITER = {"host": str, "boot_id": str, "pid": int, "process_start": int, "started": float}
+WRITER_OPTIONAL = {
     "pid_ns": int,
     "cgroup": str,
     "client": int,
     "addr": str,
-    "image_id": str,
-    "size": int,
-    # When the writer's janitor gave up removing the partial image (core/src/transfer/janitor.rs).
     "given_up": float,
 }
+
+# Fields every upload's mark has, and those it may have.
+REQUIRED = {**WRITER, "updated": float, "bytes": int}
+OPTIONAL = {**WRITER_OPTIONAL, "image_id": str, "size": int}
 
 
 @dataclasses.dataclass(frozen=True)
