@@ -80,7 +80,7 @@ def glance_user(cluster, second_pool):
     those the quota tests make): the conf that authenticates as it."""
     pools = ", ".join(
         f"profile rbd pool={pool}"
-        for pool in (cluster.pool, second_pool, "e2e-quota", "import-quota")
+        for pool in (cluster.pool, second_pool, "e2e-quota", "import-quota", "parallel-quota")
     )
     return cluster.user("glance", mon="profile rbd", osd=pools, mgr=pools)
 

@@ -58,7 +58,8 @@ def assert_imported(api, cluster, image_id, data, stores):
         assert SNAP in cluster.rbd("snap", "ls", f"{pool}/{image_id}")
     assert b"".join(api.request("GET", f"/v2/images/{image_id}/file")[1:]) == data
     # One line per store write, from the native writer.
-    assert api.log().count(f"stored image {image_id} with the native writer") == len(stores)
+    lines = api.log().count(f"stored image {image_id} with the native writer")
+    assert lines == (len(stores) if api.native else 0)
 
 
 @pytest.mark.parametrize("server", ["native", "native-multistore"])
@@ -139,3 +140,75 @@ def test_import_into_a_pool_over_quota_fails_as_stock_does(full_pool, new_glance
             api.delete(image_id)
     assert outcome["native"] == outcome["stock"]
     assert outcome["native"]["task"] == "failure"
+
+
+PARALLEL = "Parallel store import starting for image {image_id}"
+
+
+@pytest.mark.parametrize("server", ["native", "stock"])
+def test_glance_direct_to_two_rbd_stores_at_once(server, new_glance_api, cluster, second_pool):
+    """glance 33's parallel import (`[image_import_opts] max_parallel_stores = 2`): glance-direct
+    to both rbd stores at once, each write in a thread of glance's pool, native as stock: the
+    image active in both, its bytes and hashes right in each."""
+    data = data_of(SIZE, seed=15)
+    stores = [BACKEND, SECOND_BACKEND]
+    with new_glance_api(
+        f"parallel-{server}", native=server == "native", multistore=True, max_parallel_stores=2
+    ) as api:
+        image_id = api.create_image("parallel import")
+        api.stage(image_id, data)
+        api.import_image(image_id, "glance-direct", stores=stores)
+        try:
+            assert_imported(api, cluster, image_id, data, stores)
+            assert PARALLEL.format(image_id=image_id) in api.log()
+        finally:
+            api.delete(image_id)
+
+
+@pytest.fixture
+def full_second_pool(cluster):
+    with cluster.pool_over_quota("parallel-quota") as pool:
+        yield pool
+
+
+def test_a_parallel_import_with_a_store_over_quota_fails_and_leaves_nothing(
+    full_second_pool, new_glance_api, cluster
+):
+    """A parallel import to two stores, the second's pool over its quota, every store required
+    (`all_stores_must_succeed`): the task fails, on both servers alike, and neither leaves an
+    image in either pool; native's write to the full pool fails at once with StorageFull. glance
+    33 itself leaves the image `importing` after it, with either driver: its parallel flow's
+    revert resets no status (docs/compatibility.md)."""
+    data = data_of(SIZE, seed=16)
+    outcome = {}
+    for server in ("native", "stock"):
+        with new_glance_api(
+            f"parallel-quota-{server}",
+            native=server == "native",
+            multistore=True,
+            second_pool=full_second_pool,
+            max_parallel_stores=2,
+            timeout=5,
+        ) as api:
+            image_id = api.create_image("parallel import over quota")
+            api.stage(image_id, data)
+            api.import_image(
+                image_id,
+                "glance-direct",
+                stores=[BACKEND, SECOND_BACKEND],
+                all_stores_must_succeed=True,
+            )
+            task = import_task(api, image_id)
+            image = api.image(image_id)
+            outcome[server] = {"task": task["status"], "image": image["status"]}
+            assert PARALLEL.format(image_id=image_id) in api.log()
+            assert image_id not in cluster.images(cluster.pool)
+            assert cluster.images(full_second_pool) == ["filler"]
+            if api.native:
+                assert "insufficient space available" in api.log()
+            api.delete(image_id)
+    print(f"\nafter a parallel import over quota: {outcome}")
+    assert outcome["native"] == outcome["stock"]
+    assert outcome["native"]["task"] == "failure", outcome
+    # glance's doing, not the driver's: docs/compatibility.md says so while this holds.
+    assert outcome["native"]["image"] == "importing", outcome

@@ -49,7 +49,9 @@ class GlanceApi:
 
     database: the SQLAlchemy URL of an empty database for glance's catalogue.
     native: start it with GLANCE_RBD_NATIVE=1 (else the stock driver serves uploads).
-    multistore: rbd backends `ceph1` (on `pool`) and `ceph2` (on SECOND_POOL).
+    multistore: rbd backends `ceph1` (on `pool`) and `ceph2` (on `second_pool`).
+    max_parallel_stores: glance's `[image_import_opts] max_parallel_stores` (glance 33 on): an
+        import to several stores writes to this many at once.
     user: the cephx user (without `client.`) that `ceph_conf` authenticates as.
     timeout: glance_store's `rados_connect_timeout`, in seconds.
     lazy: load the app in each worker (`lazy-apps`); else once in the master, before the fork.
@@ -77,6 +79,8 @@ class GlanceApi:
         native: bool,
         multistore=False,
         pool="images",
+        second_pool=SECOND_POOL,
+        max_parallel_stores: int | None = None,
         timeout: int | None = None,
         lazy=True,
         preconnect=False,
@@ -102,6 +106,8 @@ class GlanceApi:
         self.native = native
         self.multistore = multistore
         self.pool = pool
+        self.second_pool = second_pool
+        self.max_parallel_stores = max_parallel_stores
         self.timeout = timeout
         # [glance_rbd_native] max_in_flight_mib in glance-api.conf; None leaves the section out.
         self.max_in_flight_mib = max_in_flight_mib
@@ -286,7 +292,7 @@ class GlanceApi:
                 f"[DEFAULT]\nenabled_backends = {BACKEND}:rbd, {SECOND_BACKEND}:rbd\n"
                 f"[glance_store]\ndefault_backend = {BACKEND}\n"
                 f"[{BACKEND}]\n{rbd(self.pool)}store_description = throwaway Ceph cluster\n"
-                f"[{SECOND_BACKEND}]\n{rbd(SECOND_POOL)}"
+                f"[{SECOND_BACKEND}]\n{rbd(self.second_pool)}"
                 "store_description = throwaway Ceph cluster, second pool\n"
                 # Reserved stores: without a directory of their own they use /var/lib/glance.
                 f"[os_glance_staging_store]\nfilesystem_store_datadir = {r}/staging\n"
@@ -295,6 +301,10 @@ class GlanceApi:
         else:
             stores = f"[glance_store]\nstores = rbd\ndefault_store = rbd\n{rbd(self.pool)}"
         imports = "[import_filtering_opts]\n"
+        if self.max_parallel_stores is not None:
+            imports = (
+                f"[image_import_opts]\nmax_parallel_stores = {self.max_parallel_stores}\n" + imports
+            )
         if self.import_port:
             imports += f"allowed_hosts = [127.0.0.1]\nallowed_ports = [{self.import_port}]\n"
         native = ""
@@ -380,11 +390,15 @@ config_file = {r}/etc/glance-api-paste.ini
         if status != 204:
             raise GlanceApiError(f"PUT stage {image_id}: {status} {out[:500]!r}")
 
-    def import_image(self, image_id: str, method: str, *, stores=None, uri=None) -> None:
+    def import_image(
+        self, image_id: str, method: str, *, stores=None, uri=None, all_stores_must_succeed=None
+    ) -> None:
         """Starts an interoperable import; glance runs it in a task thread."""
         body = {"method": {"name": method, **({"uri": uri} if uri else {})}}
         if stores:
             body["stores"] = list(stores)
+        if all_stores_must_succeed is not None:
+            body["all_stores_must_succeed"] = all_stores_must_succeed
         status, out = self.request(
             "POST",
             f"/v2/images/{image_id}/import",
