@@ -248,6 +248,14 @@ fn try_step(mut pending: Pending) -> Option<Pending> {
                 log::debug!("{err}; trying again in {} s", pending.delay.as_secs());
             }
             job.pool.forget_if_refused(&err);
+            if err.errno() == Some(libc::ETIMEDOUT) {
+                // No answer: the OSDs may be away, or this client fenced without being told
+                // (it then waits on answers that never come). The next try, on a new
+                // connection, sees either.
+                if let Some(pool) = reconnect(&pending.job) {
+                    pending.job.pool = pool;
+                }
+            }
             pending.back_off();
         }
     }
