@@ -29,7 +29,7 @@ BLOCK = 64 * MiB
 # The bound plus 64 MiB: one chunk with the consumer, one being read or hashed, and what is
 # allocated between two readings of the RSS (core/src/transfer/rss.rs). A read counts its bytes
 # in flight twice, since librbd receives each into buffers of its own before the copy: counted
-# once, reads peaked at +129 to +141 MiB here; twice, at +85 to +89 (uploads at +81).
+# once, reads peaked at +129 to +141 MiB here; twice, at +99 to +104 (uploads at +81 to +89).
 ALLOWED_MIB = DEFAULT_MAX_IN_FLIGHT // MiB + 64
 
 

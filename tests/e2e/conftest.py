@@ -28,6 +28,17 @@ def mariadb(tmp_path_factory):
         yield db
 
 
+# The pool over its quota of the quota tests, one test at a time (glance's user has caps on it).
+FULL_POOL = "e2e-quota"
+
+
+@pytest.fixture
+def full_pool(cluster):
+    """A pool flagged full, over its quota (`Cluster.pool_over_quota`), deleted afterwards."""
+    with cluster.pool_over_quota(FULL_POOL) as pool:
+        yield pool
+
+
 @pytest.fixture(scope="session")
 def second_pool(cluster):
     """The pool of the second rbd backend of multi-store servers."""
@@ -77,11 +88,8 @@ def web_source():
 @pytest.fixture(scope="session")
 def glance_user(cluster, second_pool):
     """glance's documented cephx user, on the pools the servers store in (both backends', and
-    those the quota tests make): the conf that authenticates as it."""
-    pools = ", ".join(
-        f"profile rbd pool={pool}"
-        for pool in (cluster.pool, second_pool, "e2e-quota", "import-quota", "parallel-quota")
-    )
+    the quota tests' `full_pool`): the conf that authenticates as it."""
+    pools = ", ".join(f"profile rbd pool={pool}" for pool in (cluster.pool, second_pool, FULL_POOL))
     return cluster.user("glance", mon="profile rbd", osd=pools, mgr=pools)
 
 

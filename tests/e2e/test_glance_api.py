@@ -114,12 +114,6 @@ def test_client_disconnects_mid_upload(server, chunked, glance_servers, cluster,
         api.delete(image_id)
 
 
-@pytest.fixture
-def full_pool(cluster):
-    with cluster.pool_over_quota("e2e-quota") as pool:
-        yield pool
-
-
 # Stock blocks on a full pool until its op timeout (forever without one), so it gets one here.
 @pytest.mark.parametrize("server, timeout, answer", [("native", None, 413), ("stock", 5, 500)])
 def test_pool_over_quota(server, timeout, answer, full_pool, new_glance_api, cluster):

@@ -107,12 +107,6 @@ def test_copy_image_to_a_second_rbd_backend(glance_servers, cluster, clean_pool)
     assert image_id not in cluster.images(SECOND_POOL)
 
 
-@pytest.fixture
-def full_pool(cluster):
-    with cluster.pool_over_quota("import-quota") as pool:
-        yield pool
-
-
 def test_import_into_a_pool_over_quota_fails_as_stock_does(full_pool, new_glance_api, cluster):
     """glance-direct into a full pool: the import fails on both servers and ends the same way,
     and neither leaves an image in the pool. Stock blocks until its op timeout; native fails at
@@ -165,14 +159,8 @@ def test_glance_direct_to_two_rbd_stores_at_once(server, new_glance_api, cluster
             api.delete(image_id)
 
 
-@pytest.fixture
-def full_second_pool(cluster):
-    with cluster.pool_over_quota("parallel-quota") as pool:
-        yield pool
-
-
 def test_a_parallel_import_with_a_store_over_quota_fails_and_leaves_nothing(
-    full_second_pool, new_glance_api, cluster
+    full_pool, new_glance_api, cluster
 ):
     """A parallel import to two stores, the second's pool over its quota, every store required
     (`all_stores_must_succeed`): the task fails, on both servers alike, and neither leaves an
@@ -186,7 +174,7 @@ def test_a_parallel_import_with_a_store_over_quota_fails_and_leaves_nothing(
             f"parallel-quota-{server}",
             native=server == "native",
             multistore=True,
-            second_pool=full_second_pool,
+            second_pool=full_pool,
             max_parallel_stores=2,
             timeout=5,
         ) as api:
@@ -203,7 +191,7 @@ def test_a_parallel_import_with_a_store_over_quota_fails_and_leaves_nothing(
             outcome[server] = {"task": task["status"], "image": image["status"]}
             assert PARALLEL.format(image_id=image_id) in api.log()
             assert image_id not in cluster.images(cluster.pool)
-            assert cluster.images(full_second_pool) == ["filler"]
+            assert cluster.images(full_pool) == ["filler"]
             if api.native:
                 assert "insufficient space available" in api.log()
             api.delete(image_id)

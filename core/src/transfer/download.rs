@@ -17,7 +17,7 @@ use crate::wait::Poll;
 
 /// Bytes of memory a byte in flight holds: its destination, and librbd's buffers, which receive
 /// a read before librbd copies it there and go once it completes. Counted once, a process read
-/// with 64 MiB in flight peaked 129-141 MiB over its RSS before it; counted twice, 85-89 MiB,
+/// with 64 MiB in flight peaked 129-141 MiB over its RSS before it; counted twice, 99-104 MiB,
 /// at the same speed (docs/performance.md, "Memory").
 const HELD_PER_BYTE: usize = 2;
 
