@@ -11,6 +11,7 @@ import rbd
 from glance_store import exceptions
 
 import glance_rbd_native
+from glance_rbd_native._native import _delete_image
 from tests import stock_versions
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.stores import SNAP, locate, make_store
@@ -137,6 +138,13 @@ def test_a_missing_pool_is_named(cluster, clean_pool):
     native = delete_with("native", cluster, name, pool="no-such-pool")
     assert native[0] is exceptions.BackendException
     assert "pool 'no-such-pool'" in native[1]
+
+
+def test_a_connection_key_it_does_not_know_is_refused_before_connecting(cluster):
+    """A misspelt key of `connect` would otherwise drop a setting and connect without it."""
+    connect = {"conffile": str(cluster.conf_path), "conf_file": "/etc/ceph/other.conf"}
+    with pytest.raises(TypeError, match="connect has no key 'conf_file'"):
+        _delete_image(cluster.pool, new_name("never"), connect=connect)
 
 
 def test_an_image_a_client_has_open(cluster, clean_pool):

@@ -47,7 +47,9 @@ def deleted_by(cluster, user, conf, caplog):
     """Deletes a stored image as `user`: who removed its data, as its record says."""
     with contextlib.closing(Images(cluster)) as images:
         name = images.store(new_name("purge"), data_of(4 * MiB))
-        trash_id, purging = _delete_image(cluster.pool, name, SNAP, conffile=str(conf), user=user)
+        trash_id, purging = _delete_image(
+            cluster.pool, name, SNAP, connect={"conffile": str(conf), "user": user}
+        )
         assert purging and name not in images.names()
         ids = lambda: {e["id"] for e in rbd.RBD().trash_list(images.ioctx)}  # noqa: E731
         wait_for(lambda: trash_id not in ids(), timeout=120, what="the trash entry to go")
@@ -119,7 +121,10 @@ def held_in_the_trash(images, user, conf, stack):
         # With operation timeouts (glance's rados_connect_timeout) the purge runs on the
         # delete's connection, the client its mark names: the one the fence test blocklists.
         trash_id, purging = _delete_image(
-            images.pool, name, SNAP, conffile=str(conf), user=user, connect_timeout=30
+            images.pool,
+            name,
+            SNAP,
+            connect={"conffile": str(conf), "user": user, "connect_timeout": 30},
         )
         assert purging
         return trash_id
@@ -142,7 +147,9 @@ def test_entries_held_open_delay_no_other_and_go_once_let_go(managed, caplog):
         for _ in range(3):
             name = images.store(new_name("other"), data_of(4 * MiB))
             others.append(
-                _delete_image(images.pool, name, SNAP, conffile=str(conf), user="holding")[0]
+                _delete_image(
+                    images.pool, name, SNAP, connect={"conffile": str(conf), "user": "holding"}
+                )[0]
             )
         wait_for(
             lambda: not set(others) & (trash.ids(images.ioctx) | set(trash.marked(images.ioctx))),

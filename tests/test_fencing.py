@@ -158,7 +158,7 @@ def test_a_delete_on_a_connection_fenced_while_idle_connects_again(cluster, clea
     writer.finish()
     blocklist(cluster, addr)
     started = time.monotonic()
-    trash_id, purging = _delete_image(cluster.pool, name, SNAP, **conf)
+    trash_id, purging = _delete_image(cluster.pool, name, SNAP, connect=conf)
     took = time.monotonic() - started
     assert purging and took < FAILS_WITHIN, f"{took:.1f} s"
     assert name not in clean_pool.names()

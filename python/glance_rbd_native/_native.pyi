@@ -151,6 +151,14 @@ class RbdReader(_OneImage):
     def closed(self) -> bool:
         """True once every chunk has been handed out, or after close()."""
 
+class _Connect(TypedDict, total=False):
+    """The cluster a call connects to: the keywords of the same names `RbdWriter` and
+    `RbdReader` take, as one value (`_delete_image(connect=...)`)."""
+
+    conffile: Optional[str]
+    user: Optional[str]
+    connect_timeout: Optional[int]
+
 class _Transfer(TypedDict):
     """A transfer running, as `transfers()` lists it."""
 
@@ -172,9 +180,7 @@ def _delete_image(
     image: str,
     snapshot: Optional[str] = None,
     *,
-    conffile: Optional[str] = None,
-    user: Optional[str] = None,
-    connect_timeout: Optional[int] = None,
+    connect: Optional[_Connect] = None,
     refuse_clones_first: bool = False,
     trash_with_snapshots: bool = True,
 ) -> Tuple[str, bool]:

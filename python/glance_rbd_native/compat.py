@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, NamedTuple, Optional, Protocol, cast
 if TYPE_CHECKING:
     from oslo_config import cfg
 
+    from glance_rbd_native._native import _Connect
+
 LOG = logging.getLogger(__name__)
 
 # 4.1.0 (Zed) is the oldest contract driver.add reproduces; an unknown future major may change it.
@@ -80,6 +82,17 @@ def store_options(store: RbdStore) -> RbdOptions:
     if store.backend_group:
         return cast(RbdOptions, getattr(store.conf, store.backend_group))
     return cast(RbdOptions, store.conf.glance_store)
+
+
+def connection(store: RbdStore) -> "_Connect":
+    """The keywords that name a store's cluster to ``RbdWriter``, ``RbdReader`` and the delete."""
+    return {
+        "conffile": store.conf_file or None,
+        # The stock driver passes str(None) == 'None' as the user when the option is unset,
+        # asking for client.None; unset means librados' default user here.
+        "user": store_options(store).rbd_store_user or None,
+        "connect_timeout": connect_timeout(store),
+    }
 
 
 def connect_timeout(store: RbdStore) -> Optional[int]:

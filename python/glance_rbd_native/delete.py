@@ -38,9 +38,7 @@ def delete(self: compat.RbdStore, location: "Location", context: object = None) 
                 pool,
                 image,
                 snapshot or None,
-                conffile=self.conf_file or None,
-                user=compat.store_options(self).rbd_store_user or None,
-                connect_timeout=compat.connect_timeout(self),
+                connect=compat.connection(self),
                 refuse_clones_first=rules.refuse_clones_first,
                 trash_with_snapshots=rules.trash_with_snapshots,
             )

@@ -133,7 +133,6 @@ def _open_located(store: compat.RbdStore, loc: "StoreLocation") -> RbdReader:
 def _open(store: compat.RbdStore, pool: str, image: str, snapshot: Optional[str]) -> RbdReader:
     """An ``RbdReader`` on the image, with the stock driver's exceptions for a cluster it
     cannot reach and (better than stock's raw rados error) for a missing pool."""
-    options = compat.store_options(store)
     settings.apply(store.conf)
     with errors.opening(store):
         return progress.watching(
@@ -142,9 +141,7 @@ def _open(store: compat.RbdStore, pool: str, image: str, snapshot: Optional[str]
                 pool,
                 image,
                 snapshot=snapshot or None,
-                conffile=store.conf_file or None,
-                user=options.rbd_store_user or None,
-                connect_timeout=compat.connect_timeout(store),
+                **compat.connection(store),
                 chunk_size=store.READ_CHUNKSIZE,
             )
         )

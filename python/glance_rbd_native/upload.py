@@ -34,6 +34,8 @@ from glance_rbd_native._native import (
 if TYPE_CHECKING:
     from _typeshed import SupportsRead
 
+    from glance_rbd_native._native import _Connect
+
 LOG = logging.getLogger(__name__)
 
 NATIVE_DIGESTS = frozenset(native_digests())
@@ -155,13 +157,8 @@ def _open_writer(
     """Connects and creates the image, with the stock driver's exceptions for failures. An image
     already there that is the leftover of a native upload whose writer is provably gone (a
     process killed mid-upload) is removed first, and the upload goes on."""
-    options = compat.store_options(store)
     settings.apply(store.conf)
-    conffile = store.conf_file or None
-    # The stock driver passes str(None) == 'None' as the user when the option is unset, asking
-    # for client.None; unset means librados' default user here.
-    user = options.rbd_store_user or None
-    timeout = compat.connect_timeout(store)
+    connect = compat.connection(store)
 
     def create() -> RbdWriter:
         return green.call(
@@ -169,13 +166,11 @@ def _open_writer(
             store.pool,
             image_name,
             image_size,
-            conffile=conffile,
-            user=user,
             order=order,
             thin_provisioning=bool(store.thin_provisioning),
             snapshot=stock.DEFAULT_SNAPNAME,
-            connect_timeout=timeout,
             digests=digests,
+            **connect,
         )
 
     try:
@@ -184,9 +179,7 @@ def _open_writer(
                 return create()
             except ImageExists:
                 if not _reclaim(
-                    conffile,
-                    user,
-                    timeout,
+                    connect,
                     store.pool,
                     image_name,
                     settings.presume_gone_after(store.conf),
@@ -201,9 +194,7 @@ def _open_writer(
 
 
 def _reclaim(
-    conffile: Optional[str],
-    user: Optional[str],
-    timeout: Optional[int],
+    connect: "_Connect",
     pool: str,
     image_name: str,
     presume_gone_after: float,
@@ -211,9 +202,7 @@ def _reclaim(
     """Removes the leftover ``image_name`` of a native upload whose writer is provably gone;
     True if it did. Whatever else is there stays, and ``add`` raises Duplicate as stock does."""
     try:
-        removed = green.call(
-            leftovers.reclaim, conffile, user, timeout, pool, image_name, presume_gone_after
-        )
+        removed = green.call(leftovers.reclaim, connect, pool, image_name, presume_gone_after)
     except Exception as exc:
         LOG.warning(
             "could not tell whether image %s in pool %s is left over from a process "

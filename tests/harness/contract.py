@@ -37,7 +37,7 @@ CASES = {
     "test_compat.py": 24,
     "test_patch.py": 8,
     "test_download.py": 17,
-    "test_delete.py": 7,
+    "test_delete.py": 8,
 }
 
 

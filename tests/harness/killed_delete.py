@@ -26,10 +26,10 @@ def main() -> None:
     if "--wait" in sys.argv[5:]:
         # The connection is made, and kept, by a first call: the delete then needs no monitor.
         with contextlib.suppress(NotFound):
-            _delete_image(pool, f"{image}-not-there", **connection)
+            _delete_image(pool, f"{image}-not-there", connect=connection)
         print("connected", flush=True)
         sys.stdin.readline()
-    trash_id, purging = _delete_image(pool, image, snapshot, **connection)
+    trash_id, purging = _delete_image(pool, image, snapshot, connect=connection)
     assert purging
     print(trash_id, flush=True)
     if "--wait" in sys.argv[5:]:

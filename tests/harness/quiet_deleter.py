@@ -20,7 +20,9 @@ def main() -> None:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s"
     )
-    trash_id, purging = green.call(_delete_image, pool, image, snapshot, conffile=conf, user=user)
+    trash_id, purging = green.call(
+        _delete_image, pool, image, snapshot, connect={"conffile": conf, "user": user}
+    )
     assert purging
     print(f"deleted {trash_id}", flush=True)
     time.sleep(float(seconds))

@@ -17,7 +17,9 @@ class Pool:
 
 
 def connect(
-    conffile: Optional[str], user: Optional[str], timeout: Optional[int] = None
+    conffile: Optional[str] = None,
+    user: Optional[str] = None,
+    connect_timeout: Optional[int] = None,
 ) -> "rados.Rados":
     """A connected ``rados.Rados``, as the stock driver makes one (the native writer's settings)."""
     import rados
@@ -26,9 +28,9 @@ def connect(
 
     # None: librados' default search path, as the native writer (an empty name reads no file).
     cluster = rados.Rados(conffile=conffile or None, rados_id=user or None)
-    if timeout is not None:
+    if connect_timeout is not None:
         for key in _TIMEOUT_OPTIONS:
-            cluster.conf_set(key, str(timeout))
+            cluster.conf_set(key, str(connect_timeout))
     try:
         cluster.connect()
     except Exception:

@@ -16,6 +16,8 @@ from glance_rbd_native.leftovers.uploads import PRESUME_GONE_AFTER, Upload, insp
 if TYPE_CHECKING:
     import rados
 
+    from glance_rbd_native._native import _Connect
+
 # How long a writer presumed gone stays fenced: one that wakes within it fails at once.
 FENCE_SECONDS = 7 * 86400
 # Seconds for the watch of a fenced or dead writer to go, before the removal gives up.
@@ -126,9 +128,7 @@ def _fence(cluster: "rados.Rados", addr: str, seconds: int) -> Optional[str]:
 
 
 def reclaim(
-    conffile: Optional[str],
-    user: Optional[str],
-    timeout: Optional[int],
+    connection: "_Connect",
     pool: str,
     image: str,
     presume_gone_after: float = PRESUME_GONE_AFTER,
@@ -136,7 +136,7 @@ def reclaim(
     """For ``add``, which found ``image`` already there: removes it if it is a partial upload
     whose writer is gone (``remove``). Returns the Upload removed, or None (left as it is). Logs
     nothing: under eventlet it runs on a pool thread, and the caller logs."""
-    cluster = connect(conffile, user, timeout)
+    cluster = connect(**connection)
     try:
         with cluster.open_ioctx(pool) as ioctx:
             opened = Pool(cluster, ioctx)
