@@ -15,15 +15,23 @@ PIP_PACKAGES := --group dev
 # a newer pyOpenSSL fixes it.
 E2E_PACKAGES := glance==33.0.0 uwsgi==2.0.31 python-glanceclient PyMySQL "pyOpenSSL>=24"
 
-.PHONY: help deps build build-arm64 dev deb demo test test-unit test-fast test-rust lifecycle test-python check-py39 check-abi3 \
+.PHONY: help deps build build-arm64 dist dev deb demo test test-unit test-fast test-rust lifecycle test-python check-py39 check-abi3 \
 	bench cluster-up cluster-down lint lint-checks format clean
 
 # A cluster that `make cluster-up` left running in .cluster: the test targets hand it to pytest
 # (GLANCE_RBD_TEST_CLUSTER) instead of booting one per run. Set that variable to use another.
 CLUSTER_DIR := .cluster
 WITH_CLUSTER = GLANCE_RBD_TEST_CLUSTER="$${GLANCE_RBD_TEST_CLUSTER:-$$($(PY) -m tests.harness.cluster status $(CLUSTER_DIR))}"
+# The release set (make dist): both wheels and the sdist, what an index serves and all that
+# make test installs. maturin builds plain linux wheels into target/wheels; auditwheel checks
+# each against the manylinux policies and tags it, bundling nothing: the Ceph client and
+# OpenSSL 3 stay the host's (docs/deployment.md#the-release-set).
+DIST := target/dist
+HOST_LIBRARIES := librbd.so.1 librados.so.2 libssl.so.3 libcrypto.so.3
+REPAIR = PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/auditwheel repair --plat auto \
+	$(HOST_LIBRARIES:%=--exclude %) -w $(DIST)
 # This machine's wheel (make build); make build-arm64 puts the aarch64 one next to it.
-WHEEL = target/wheels/*-linux_$(shell uname -m).whl
+WHEEL = $(DIST)/*-manylinux_*_$(shell uname -m).whl
 # What pytest imports must be the build just installed, not python/ (an editable install of
 # `maturin develop`) nor a stale extension module left there.
 CHECK_INSTALLED = $(PY) -c 'import sys, glance_rbd_native._native as n, glance_rbd_native as p; \
@@ -53,8 +61,9 @@ $(VENV)/.deps: Makefile pyproject.toml
 	touch $@
 
 build: deps ## Build the release wheel (one for CPython 3.9 on: abi3) and install it into the virtualenv
-	rm -rf $(WHEEL) python/glance_rbd_native/*.so
+	rm -rf target/wheels/*-linux_$(shell uname -m).whl $(WHEEL) python/glance_rbd_native/*.so
 	$(VENV)/bin/maturin build --release -q -i $(PY) -o target/wheels
+	$(REPAIR) target/wheels/*-linux_$(shell uname -m).whl
 	@ls $(WHEEL)
 	$(PY) -m pip install -q --force-reinstall --no-deps $(WHEEL)
 	@$(CHECK_INSTALLED)
@@ -63,11 +72,20 @@ build: deps ## Build the release wheel (one for CPython 3.9 on: abi3) and instal
 build-arm64: deps ## The aarch64 wheel, cross-compiled next to the x86_64 one (cached by source)
 	PYO3_PYTHON=$(SYSTEM_PYTHON) cargo fetch --locked -q
 	$(SYSTEM_PYTHON) packaging/cross.py --maturin $(VENV)/bin/maturin --out target/wheels
+	rm -f $(DIST)/*-manylinux_*_aarch64.whl
+	$(REPAIR) target/wheels/*-linux_aarch64.whl
+
+# The sdist of the files git tracks (packaging/sdist.py), next to the wheels; twine checks all
+# three as an index would (the README is their long description).
+dist: build build-arm64 ## The release set in target/dist: both manylinux wheels and the sdist, checked by twine
+	rm -f $(DIST)/*.tar.gz
+	$(PY) packaging/sdist.py --maturin $(VENV)/bin/maturin --out $(DIST)
+	$(VENV)/bin/twine check --strict $(DIST)/*
 
 # What apt installs on Debian's and Ubuntu's python3, where pip may not (PEP 668).
-deb: build build-arm64 ## The Debian packages of both wheels: target/debian/glance-rbd-native_<version>_<arch>.deb
+deb: dist ## The Debian packages of both wheels: target/debian/glance-rbd-native_<version>_<arch>.deb
 	rm -rf target/debian
-	for wheel in target/wheels/*.whl; do \
+	for wheel in $(DIST)/*.whl; do \
 		$(SYSTEM_PYTHON) packaging/deb.py --out target/debian $$wheel || exit 1; done
 
 dev: deps ## A debug build installed into the virtualenv in its place: quick to rebuild (make build puts the release one back)
@@ -90,7 +108,7 @@ bench: build ## Every performance target, side by side, medians of 3 rounds
 test: deps ## Everything: lint, the unit loop, both release wheels' checks, then all of pytest on it (every glance_store release, every server, the Debian roots)
 	@mkdir -p target
 	nice -n 19 $(SYSTEM_PYTHON) packaging/debian_root.py all > target/roots.log 2>&1 & roots=$$!; \
-	$(MAKE) --no-print-directory build check-py39 lint-checks test-unit lifecycle build-arm64 \
+	$(MAKE) --no-print-directory build check-py39 lint-checks test-unit lifecycle dist \
 		check-abi3 test-python; \
 	status=$$?; wait $$roots || { echo "building the Debian roots failed:"; cat target/roots.log; }; \
 	exit $$status
@@ -134,7 +152,7 @@ check-py39: deps ## The pure-Python package stays Python 3.9-compatible
 
 # The extension uses the limited API of 3.9 alone, so the one wheel loads on 3.9 to 3.14.
 check-abi3: build build-arm64 ## Both release wheels use the limited API of 3.9 alone
-	$(VENV)/bin/abi3audit --strict --summary target/wheels/*.whl
+	$(VENV)/bin/abi3audit --strict --summary $(DIST)/*.whl
 
 lint: check-py39 dev lint-checks ## rustfmt, clippy, ruff (lint and format), mypy, Python 3.9 compatibility, the stub against the debug build
 

@@ -1,6 +1,6 @@
 """The Debian package of the release wheel, for glance run from Debian's or Ubuntu's packages.
 
-    python3 packaging/deb.py [--out DIR] target/wheels/glance_rbd_native-<v>-cp39-abi3-*.whl
+    python3 packaging/deb.py [--out DIR] target/dist/glance_rbd_native-<v>-cp39-abi3-*.whl
 
 writes DIR/glance-rbd-native_<v>_<arch>.deb (DIR defaults to target/debian) and prints its path.
 The wheel's files go unchanged into /usr/lib/python3/dist-packages, where every python3 of the
@@ -22,6 +22,7 @@ import hashlib
 import io
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,8 +34,10 @@ from email.utils import format_datetime
 PACKAGE = "glance-rbd-native"
 SITE = "usr/lib/python3/dist-packages"
 DOC = f"usr/share/doc/{PACKAGE}"
-# The wheel's platform tag for each Debian architecture it is built for.
-PLATFORMS = {"amd64": "linux_x86_64", "arm64": "linux_aarch64"}
+# The machine of the wheel's platform tag (the release set's manylinux_2_34_<machine>, or a
+# local build's plain linux_<machine>) for each Debian architecture it is built for.
+MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
+PLATFORM = re.compile(r"(?:many)?linux(?:_\d+_\d+)?_(?P<machine>x86_64|aarch64)")
 # What the extension links (objdump -p: NEEDED), and the Python side. Against dpkg-shlibdeps on
 # the Debian 12 build host: the same libc6, libgcc-s1 and libssl3 bounds (GLIBC_2.34, GCC_4.2.0
 # and OPENSSL_3.0.0 are the newest symbol versions used), but librados2 and librbd1 from 16:
@@ -120,9 +123,10 @@ def build(wheel: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     # The wheel's platform names the package's architecture; nothing is compiled here, so
     # either is packaged on any host.
     platform = wheel.name.removesuffix(".whl").rsplit("-", 1)[-1]
-    arch = {tag: arch for arch, tag in PLATFORMS.items()}.get(platform)
-    if arch is None:
-        sys.exit(f"{wheel.name} is for {platform}: packaged are {', '.join(PLATFORMS.values())}")
+    matched = PLATFORM.fullmatch(platform)
+    if matched is None:
+        sys.exit(f"{wheel.name} is for {platform}: packaged are {', '.join(MACHINES.values())}")
+    arch = {machine: arch for arch, machine in MACHINES.items()}[matched["machine"]]
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or time.time())
     maintainer = (
         f"{os.environ.get('DEBFULLNAME') or MAINTAINER[0]} "

@@ -1,4 +1,5 @@
-"""The sdist `maturin sdist` makes, the wheel pip builds from it, and the one version they carry.
+"""The release set's sdist (`make dist`: maturin's, of the files git tracks), the wheel pip
+builds from it, and the one version they carry.
 
 Cargo.toml is the only place the version is written: maturin copies it into the metadata, and
 ``glance_rbd_native.__version__`` reads it from there.
@@ -6,6 +7,7 @@ Cargo.toml is the only place the version is written: maturin copies it into the 
 
 import email.parser
 import importlib
+import os
 import pathlib
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import zipfile
 import pytest
 
 import glance_rbd_native
+from tests.harness import venvs, without_libraries
 from tests.harness.venvs import cargo_version
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -64,17 +67,9 @@ def test_package_reexports_every_public_native_name():
 
 
 @pytest.fixture(scope="module")
-def sdist(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sdist")
-    subprocess.run(
-        [sys.executable, "-m", "maturin", "sdist", "-o", str(out)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    [path] = out.glob("*.tar.gz")
-    return path
+def sdist():
+    """The release set's sdist (`make dist`, packaging/sdist.py)."""
+    return venvs.sdist()
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +112,54 @@ def test_sdist_holds_what_a_build_needs(sdist):
     assert not shipped & UNWANTED
     assert not [name for name in names if name.endswith(".so")]
     assert metadata_of(pkg_info)["Version"] == version
+    # Sources alone: what git tracks, and the metadata maturin writes.
+    files = {name for name in names if name != top and not name.endswith("/")}
+    assert files - tracked() == {"PKG-INFO"}
+
+
+def tracked():
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, check=True, capture_output=True)
+    return set(listed.stdout.decode().splitlines())
+
+
+@pytest.mark.packaging
+def test_an_untracked_file_never_ships(tmp_path):
+    """What maturin alone would pack from a checkout (a stray wheel in dist/, a note beside the
+    package's modules, a Rust file not added yet) stays out of the sdist."""
+    import sdist as making
+
+    checkout = tmp_path / "checkout"
+    subprocess.run(["git", "clone", "-q", "--local", str(ROOT), str(checkout)], check=True)
+    strays = ["dist/stray.whl", "python/glance_rbd_native/notes.txt", "core/src/draft.rs"]
+    for stray in strays:
+        (checkout / stray).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / stray).write_text("not for release\n")
+    maturin = pathlib.Path(sys.executable).parent / "maturin"
+    made = making.build(tmp_path / "out", maturin, checkout)
+    with tarfile.open(made) as archive:
+        names = {name.split("/", 1)[-1] for name in archive.getnames()}
+    assert "python/glance_rbd_native/__init__.py" in names
+    assert not names & set(strays)
+
+
+@pytest.mark.packaging
+@pytest.mark.skipif(os.geteuid() != 0, reason="mount namespaces need root")
+def test_a_build_without_the_ceph_dev_packages_says_which_to_install(sdist, tmp_path):
+    """pip building the sdist where librbd-dev and librados-dev are not installed (their
+    librbd.so and librados.so gone, the runtime libraries there): the build stops before the
+    link, naming the packages (core/build.rs)."""
+    run = without_libraries.run(
+        ["librbd.so", "librados.so"],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", "out", str(sdist)],
+        tmp_path,
+        timeout=900,
+    )
+    assert run.returncode != 0
+    said = " ".join((run.stdout + run.stderr).split())
+    assert (
+        "librbd.so and librados.so cannot be found: install librbd-dev librados-dev (Debian, "
+        "Ubuntu) or librbd-devel librados-devel (EL), of Ceph 16 (Pacific) or later" in said
+    )
 
 
 @pytest.mark.packaging

@@ -6,14 +6,18 @@ through ``RbdReader``.
 
 The native module links librbd and librados; it is loaded on first use of a name it defines,
 not on import, so that the start-up switch works on a host without the Ceph libraries: it then
-logs why and keeps the stock driver. ``__version__`` is read from the installed package's
-metadata on first use, too.
+logs why and keeps the stock driver. Where it cannot load, the ImportError names what the host
+lacks (``libraries.py``). ``__version__`` is read from the installed package's metadata on first
+use, too.
 """
 
 import importlib
 from typing import TYPE_CHECKING
 
+from glance_rbd_native import libraries
 from glance_rbd_native.patching import is_patched, patch, unpatch
+
+libraries.explain_failures()
 
 if TYPE_CHECKING:
     __version__: str

@@ -60,15 +60,26 @@ def requirements(version: str) -> list[str]:
     return reqs
 
 
+DIST = ROOT / "target" / "dist"
+
+
 def wheel(platform: str = "x86_64") -> pathlib.Path:
-    """The wheel `make build` made: the one every virtualenv installs; or, for "aarch64", the
-    one `make build-arm64` cross-compiled next to it."""
-    found = sorted((ROOT / "target" / "wheels").glob(f"glance_rbd_native-*-linux_{platform}.whl"))
+    """The release wheel `make build` made: the one every virtualenv installs; or, for
+    "aarch64", the one `make build-arm64` cross-compiled next to it."""
+    found = sorted(DIST.glob(f"glance_rbd_native-*-manylinux_*_{platform}.whl"))
     if len(found) != 1:
         make = "make build-arm64" if platform == "aarch64" else "make build"
         raise FileNotFoundError(
-            f"expected one {platform} wheel in target/wheels (run `{make}`): {found}"
+            f"expected one {platform} wheel in target/dist (run `{make}`): {found}"
         )
+    return found[0]
+
+
+def sdist() -> pathlib.Path:
+    """The sdist `make dist` made next to the wheels."""
+    found = sorted(DIST.glob("glance_rbd_native-*.tar.gz"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"expected one sdist in target/dist (run `make dist`): {found}")
     return found[0]
 
 
