@@ -1,11 +1,13 @@
-"""Debian 13 (trixie) on arm64, run here under qemu-user: the aarch64 wheel `make build-arm64`
-cross-compiled installs into its Python 3.13, loads its Ceph 18 librbd and librados, and
-patches its glance_store 4.9.1; the contract's core runs native against stock on the host's
-cluster, over loopback; the arm64 .deb installs with apt. Emulation proves what the code does
-on aarch64 (the instructions are aarch64's, translated), not how fast: nothing here is timed.
-Every command runs in namespaces of its own (packaging/emulation.py): the qemu handler
-registered in them is seen nowhere else, and every mount goes with them."""
+"""Debian 13 (trixie) on arm64, run here under qemu-user: pip chooses the aarch64 wheel `make
+build-arm64` cross-compiled from a package index that serves the whole release set (on the
+host's loopback, tests/harness/index.py), installs it into its Python 3.13, loads its Ceph 18
+librbd and librados, and patches its glance_store 4.9.1; the contract's core runs native against
+stock on the host's cluster, over loopback; the arm64 .deb installs with apt. Emulation proves
+what the code does on aarch64 (the instructions are aarch64's, translated), not how fast:
+nothing here is timed. Every command runs in namespaces of its own (packaging/emulation.py): the
+qemu handler registered in them is seen nowhere else, and every mount goes with them."""
 
+import json
 import os
 import pathlib
 import re
@@ -17,7 +19,7 @@ import pytest
 
 import emulation
 from debian_root import TRIXIE_ARM64, DebianRoot, build_deb
-from tests.harness import contract, venvs
+from tests.harness import contract, index as package_index, venvs
 from tests.harness.waiting import wait_for
 
 RELEASE = TRIXIE_ARM64
@@ -51,28 +53,41 @@ def root(cluster):
 
 
 @pytest.fixture(scope="module")
-def venv(root, wheel):
-    """A virtualenv of the root's python3 with the aarch64 wheel pip-installed, as an operator
-    puts it next to glance; removed afterwards. Debian's pip, which the virtualenv sees, does
-    it: installing pip into the virtualenv first would take minutes under emulation."""
-    inside = f"/var/tmp/{wheel.name}"
-    root.file(inside).write_bytes(wheel.read_bytes())
+def index(tmp_path_factory):
+    """The release set, both wheels and the sdist, on a package index on loopback."""
+    where = tmp_path_factory.mktemp("index")
+    with package_index.serving(where / "packages", where / "pypi-server.log") as served:
+        served.upload(package_index.release_set())
+        yield served
+
+
+@pytest.fixture(scope="module")
+def venv(root, wheel, index):
+    """A virtualenv of the root's python3 with the package pip-installed by name from the
+    index, as an operator puts it next to glance; removed afterwards. pip takes the aarch64
+    wheel (its report says which file); numpy is Debian's, which the virtualenv sees. Debian's
+    pip, which the virtualenv sees too, does it: installing pip into the virtualenv first would
+    take minutes under emulation."""
+    report = "/var/tmp/pip-report.json"
     try:
         root.run("python3", "-m", "venv", "--without-pip", "--system-site-packages", VENV)
         root.run(
             f"{VENV}/bin/python",
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-index",
-            "--no-deps",
-            inside,
+            *("-m", "pip", "install", "-q", "--no-cache-dir", "--index-url", index.simple),
+            *("--report", report, "glance-rbd-native"),
             timeout=900,
+        )
+        [installed] = [
+            item
+            for item in json.loads(root.file(report).read_text())["install"]
+            if item["metadata"]["name"] == "glance-rbd-native"
+        ]
+        assert installed["download_info"]["url"].split("#")[0] == (
+            f"{index.url}/packages/{wheel.name}"
         )
         yield f"{VENV}/bin/python"
     finally:
-        root.run("rm", "-rf", VENV, inside)
+        root.run("rm", "-rf", VENV, report)
 
 
 def test_an_arm64_debian_13(root):

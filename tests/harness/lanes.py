@@ -2,7 +2,9 @@
 
 One pytest process runs the project on this host (the cluster, the servers, the load runs, the
 wheel, and Debian 12's packaged glance, whose root is built early); the other runs it against
-other releases (every glance_store release, the Debian 13 and sid roots, the emulated one). Run
+other releases (every glance_store release, the Debian 13 and sid roots, the emulated one) and
+as it is installed from its sdist and from an index (the packaging layer, which also mostly
+waits: on a build from source, or on pip). Run
 one after the other they left a core idle for most of an hour: the releases' lane mostly waits
 on a virtualenv, a Debian root being built, or qemu on one core. Each lane is a pytest session
 of its own, with its own throwaway cluster, watchdog and contract guard; they share no pool,
@@ -40,8 +42,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "target"
 # (name, the markers it runs); the first is shown as it runs and gets the cluster handed in.
 LANES = (
-    ("host", "not (matrix or distro) or debian12"),
-    ("releases", "(matrix or distro) and not debian12"),
+    ("host", "not (matrix or distro or packaging) or debian12"),
+    ("releases", "(matrix or distro or packaging) and not debian12"),
 )
 # pytest's statuses: interrupted (the watchdog's, or ^C), internal error, usage error; and
 # the watchdog's own exit when the main thread did not stop.

@@ -83,6 +83,18 @@ def sdist() -> pathlib.Path:
     return found[0]
 
 
+# A glance host's virtualenv, as operators make one (devstack, openstack-ansible): glance 33
+# from PyPI over Debian's python3 and its rados and rbd modules, and the package's one
+# dependency; the package itself is pip-installed from an index by the test (tests/test_index.py).
+GLANCE_HOST = "glance-33-host"
+GLANCE_HOST_REQUIREMENTS = ["glance==33.0.0", "PyMySQL", "pyOpenSSL>=24", "numpy"]
+
+
+def glance_host() -> pathlib.Path:
+    """The python of the glance host's virtualenv, without the package."""
+    return ensure(GLANCE_HOST, GLANCE_HOST_REQUIREMENTS, with_wheel=False)
+
+
 def release(version: str) -> pathlib.Path:
     """The python of the virtualenv of glance_store `version`."""
     return ensure(version, requirements(version))
@@ -109,8 +121,15 @@ def interpreter(version: str) -> pathlib.Path | None:
     return None
 
 
-def ensure(name: str, reqs: list[str], base: str | pathlib.Path = SYSTEM_PYTHON) -> pathlib.Path:
-    """The python of virtualenv `name` with `reqs` and the current wheel in it; made once, then
+def ensure(
+    name: str,
+    reqs: list[str],
+    base: str | pathlib.Path = SYSTEM_PYTHON,
+    *,
+    with_wheel: bool = True,
+) -> pathlib.Path:
+    """The python of virtualenv `name` with `reqs` and the current wheel in it (unless
+    `with_wheel` is false: the caller installs the package its own way); made once, then
     reused while `reqs` stay the same. Made from Debian's python3 with its site packages, or
     from another interpreter `base` without them."""
     venv = VENVS / name
@@ -123,6 +142,8 @@ def ensure(name: str, reqs: list[str], base: str | pathlib.Path = SYSTEM_PYTHON)
         _run(python, "-m", "pip", "install", "-q", "--upgrade", "pip")
         _run(python, "-m", "pip", "install", "-q", *reqs)
         stamp.write_text(wanted)
+    if not with_wheel:
+        return python
     built = wheel()
     marker = venv / ".wheel"
     digest = hashlib.sha256(built.read_bytes()).hexdigest()
