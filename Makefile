@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 SYSTEM_PYTHON := /usr/bin/python3
 APT_PACKAGES := ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev \
 	python3-rbd python3-rados python3-venv python3-dev gcc pkg-config libssl-dev valgrind \
-	mariadb-server-core debootstrap qemu-user-static
+	mariadb-server-core debootstrap qemu-user-static git
 PIP_PACKAGES := --group dev
 # The end-to-end layer: a real glance-api (WSGI app served by uWSGI, catalogue in MariaDB) and
 # a real client. pip's cryptography breaks Debian's pyOpenSSL in a --system-site-packages venv;

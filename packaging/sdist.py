@@ -7,7 +7,9 @@ writes DIR/glance_rbd_native-<v>.tar.gz (DIR defaults to target/dist) and prints
 maturin packs what it finds below the project (cargo's list of the crates' files, python/
 walked), so an untracked file, a stray wheel or a local note would ship. Here git names the
 files: they are copied as they are in the working tree, edits not yet committed included, into
-a folder of their own, where maturin finds them alone.
+a folder of their own, where maturin finds them alone. A checkout with untracked files that git
+does not ignore is refused, naming them: the wheels, which maturin builds from the working tree,
+would hold them and the sdist not.
 """
 
 from __future__ import annotations
@@ -25,17 +27,33 @@ CHECKOUT = pathlib.Path(__file__).resolve().parents[1]
 def tracked(checkout: pathlib.Path) -> list[pathlib.Path]:
     """The files git tracks, as paths relative to the checkout; a tracked file deleted in the
     working tree is left out, as it would be from the next commit."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=checkout, check=True, capture_output=True
-    ).stdout
-    names = [pathlib.Path(name) for name in listed.decode().split("\0") if name]
+    names = [pathlib.Path(name) for name in _git(checkout, "ls-files", "-z").split("\0") if name]
     return [name for name in names if (checkout / name).is_file()]
+
+
+class Untracked(Exception):
+    """Files git neither tracks nor ignores: add them, or remove them."""
+
+
+def untracked(checkout: pathlib.Path) -> list[str]:
+    listed = _git(checkout, "ls-files", "--others", "--exclude-standard", "-z")
+    return [name for name in listed.split("\0") if name]
+
+
+def _git(checkout: pathlib.Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=checkout, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def build(
     out: pathlib.Path, maturin: pathlib.Path, checkout: pathlib.Path = CHECKOUT
 ) -> pathlib.Path:
-    """The sdist of `checkout`'s tracked files, written into `out`."""
+    """The sdist of `checkout`'s tracked files, written into `out`; Untracked if it has files
+    git neither tracks nor ignores."""
+    strays = untracked(checkout)
+    if strays:
+        raise Untracked(strays)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sdist-") as tmp:
         tree = pathlib.Path(tmp) / "tree"
@@ -44,7 +62,11 @@ def build(
             shutil.copy2(checkout / name, tree / name)
         made = pathlib.Path(tmp) / "out"
         subprocess.run(
-            [str(maturin), "sdist", "-o", str(made)], cwd=tree, check=True, capture_output=True
+            [str(maturin), "sdist", "-o", str(made)],
+            cwd=tree,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         [sdist] = made.glob("*.tar.gz")
         return pathlib.Path(shutil.copy2(sdist, out / sdist.name))
@@ -59,8 +81,14 @@ def main() -> None:
     args = parser.parse_args()
     try:
         print(build(args.out, args.maturin.resolve()))
+    except Untracked as exc:
+        sys.exit(
+            "files git neither tracks nor ignores would ship in the wheels and not in the "
+            f"sdist: add them to git, or remove them: {', '.join(exc.args[0])}"
+        )
     except subprocess.CalledProcessError as exc:
-        sys.exit(f"maturin sdist failed:\n{exc.stderr.decode(errors='replace')}")
+        what = "git" if exc.cmd[0] == "git" else "maturin sdist"
+        sys.exit(f"{what} failed:\n{exc.stderr}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ mod exceptions;
 mod logbridge;
 mod process;
 mod reader;
+mod versions;
 mod writer;
 
 use pyo3::prelude::*;
@@ -31,6 +32,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(delete::delete_image, module)?)?;
     module.add_function(wrap_pyfunction!(cephx::connect_failure, module)?)?;
     module.add_function(wrap_pyfunction!(cephx::caps_advice, module)?)?;
+    module.add_function(wrap_pyfunction!(versions::library_versions, module)?)?;
     module.add(
         "DEFAULT_MAX_IN_FLIGHT",
         glance_rbd_core::transfer::shares::DEFAULT_BOUND,

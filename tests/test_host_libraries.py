@@ -57,6 +57,26 @@ def test_a_librbd_older_than_the_calls_used_is_named():
     )
 
 
+def test_a_librados_older_than_librbd_is_named_not_librbd():
+    """The loader names the file it was loading (librbd) when a function of librados is
+    missing: the old one is librados."""
+    loader = ImportError("/lib/x86_64-linux-gnu/librbd.so.1: undefined symbol: rados_getaddrs")
+    assert str(libraries.explained(loader)).startswith(
+        "glance-rbd-native cannot load its native module: this host's librados2 is too old"
+    )
+
+
+def test_a_library_there_but_unusable_is_named_as_such():
+    loader = ImportError(
+        "/lib/x86_64-linux-gnu/librados.so.2: version `LIBRADOS_14.2.0' not found "
+        "(required by /usr/lib/python3/dist-packages/glance_rbd_native/_native.abi3.so)"
+    )
+    assert str(libraries.explained(loader)) == (
+        "glance-rbd-native cannot load its native module: this host's librados.so.2 cannot be "
+        f"loaded; install librados2 from {CEPH}, and restart the process ({loader})"
+    )
+
+
 def test_other_failures_are_left_as_they_are():
     assert libraries.explained(ImportError("libfoo.so.1: cannot open shared object file")) is None
     assert libraries.explained(ImportError("undefined symbol: PyFoo_Bar")) is None

@@ -102,6 +102,7 @@ def test_pip_takes_the_manylinux_wheel_by_name_and_glance_stores_natively(
     assert_stored_natively(glance_python, cluster)
 
 
+@pytest.mark.time_limit(2400)  # a release build from scratch, beside the other lane
 def test_pip_builds_the_sdist_alone_and_glance_stores_natively(
     index, glance_python, cluster, clean_pool, tmp_path
 ):

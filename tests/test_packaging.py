@@ -108,23 +108,30 @@ def tracked():
 
 
 @pytest.mark.packaging
-def test_an_untracked_file_never_ships(tmp_path):
-    """What maturin alone would pack from a checkout (a stray wheel in dist/, a note beside the
-    package's modules, a Rust file not added yet) stays out of the sdist."""
+def test_untracked_files_are_refused_and_ignored_ones_never_ship(tmp_path):
+    """Files git neither tracks nor ignores (a note beside the package's modules, a Rust file
+    not added yet) would be in the wheels maturin builds from the working tree: the sdist is
+    refused, naming them. Once they are gone, an ignored stray (a wheel in dist/) stays out."""
     import sdist as making
 
     checkout = tmp_path / "checkout"
     subprocess.run(["git", "clone", "-q", "--local", str(ROOT), str(checkout)], check=True)
-    strays = ["dist/stray.whl", "python/glance_rbd_native/notes.txt", "core/src/draft.rs"]
-    for stray in strays:
+    untracked = ["python/glance_rbd_native/notes.txt", "core/src/draft.rs"]
+    ignored = "dist/stray.whl"
+    for stray in [*untracked, ignored]:
         (checkout / stray).parent.mkdir(parents=True, exist_ok=True)
         (checkout / stray).write_text("not for release\n")
     maturin = pathlib.Path(sys.executable).parent / "maturin"
+    with pytest.raises(making.Untracked) as refused:
+        making.build(tmp_path / "out", maturin, checkout)
+    assert sorted(refused.value.args[0]) == sorted(untracked)
+    for stray in untracked:
+        (checkout / stray).unlink()
     made = making.build(tmp_path / "out", maturin, checkout)
     with tarfile.open(made) as archive:
         names = {name.split("/", 1)[-1] for name in archive.getnames()}
     assert "python/glance_rbd_native/__init__.py" in names
-    assert not names & set(strays)
+    assert ignored not in names
 
 
 @pytest.mark.packaging
@@ -135,7 +142,10 @@ def test_a_build_without_the_ceph_dev_packages_says_which_to_install(sdist, tmp_
     link, naming the packages (core/build.rs)."""
     run = without_libraries.run(
         ["librbd.so", "librados.so"],
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", "out", str(sdist)],
+        [
+            *(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"),
+            *("-w", str(tmp_path / "wheels"), str(sdist)),
+        ],
         tmp_path,
         timeout=900,
     )

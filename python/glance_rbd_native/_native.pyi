@@ -215,6 +215,19 @@ def _connect_failure(
     """The message of a connect with these settings that failed with `errno` at `rados_connect`:
     the conf file read again, and what the keyring holds for the user. Nothing connects."""
 
+class _Versions(TypedDict):
+    """The libraries this process loaded (`_library_versions()`)."""
+
+    librbd: Tuple[int, int, int]
+    librados: Tuple[int, int, int]
+    openssl: str
+    # librbd's minor number: the Ceph release of the client.
+    ceph: int
+    oldest_ceph: int
+
+def _library_versions() -> _Versions:
+    """The versions of the librbd, librados and OpenSSL loaded into this process."""
+
 def _caps_advice(errno: int, pool: str, entity: Optional[str] = None) -> Optional[str]:
     """What to tell the operator when the cluster refuses `entity` an operation on `pool` (EPERM,
     EACCES) or leaves it unanswered (ETIMEDOUT), as the native errors say it; None for any other

@@ -1,7 +1,8 @@
 """``glance-rbd-native`` (also ``python -m glance_rbd_native``): the uploads in flight in
 glance's rbd backends, the partial images of those whose writer is gone, and the deleted images
-whose data a process that is gone was removing.
+whose data a process that is gone was removing; and ``check``, the pre-flight check (check.py).
 
+    glance-rbd-native check [--json] --config-file /etc/glance/glance-api.conf
     glance-rbd-native status --config-file /etc/glance/glance-api.conf
     glance-rbd-native sweep [--remove] --config-file /etc/glance/glance-api.conf
     glance-rbd-native sweep --include-unmarked --older-than 1d [--remove IMAGE... | --all-unmarked]
@@ -12,14 +13,14 @@ be read is reported as failed, and the others still are. The options go before o
 command. ``sweep`` changes nothing without ``--remove``, which goes on past a removal that fails.
 Exit status (``EXIT_*``): 0 when every backend was read (and ``sweep --remove`` removed all it set
 out to), 1 when a backend could not be read or ``sweep --remove`` left some of what it set out to
-remove (each named), 2 for a bad command line or configuration. The rules are in ``leftovers``.
+remove (each named), 2 for a bad command line or configuration (``check`` exits with
+oslo.upgradecheck's codes). The rules are in ``leftovers``; the backends, in ``backends``.
 """
 
 import argparse
 import errno
 import json
 import logging
-import os
 import re
 import sys
 import time
@@ -27,18 +28,21 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypedDict, TypeVar, cast
 
-from glance_rbd_native import compat, leftovers, settings
+from glance_rbd_native import leftovers, settings
+from glance_rbd_native.backends import (
+    EXIT_DONE,
+    EXIT_LEFT,
+    EXIT_USAGE,
+    Backend,
+    Failure,
+    connected,
+    read,
+)
 from glance_rbd_native.leftovers import deletes, printable
 from glance_rbd_native.units import duration, size
 
 if TYPE_CHECKING:
     from oslo_config import cfg
-
-EXIT_DONE = 0
-# A backend that could not be read, or something `sweep --remove` set out to remove is left.
-EXIT_LEFT = 1
-# A bad command line or configuration: what was asked cannot be run as it is.
-EXIT_USAGE = 2
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # What status lists, and what sweep lists as kept.
@@ -72,14 +76,6 @@ class Result(_Result, total=False):
     error: str
 
 
-class Failure(Exception):
-    """A message for the operator, and the exit status that goes with it."""
-
-    def __init__(self, message: str, status: int = EXIT_LEFT) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parse(argv)
     # glance_store's deprecation notices and its drivers that cannot load (cinder without
@@ -87,7 +83,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     warnings.simplefilter("ignore")
     logging.basicConfig(level=logging.CRITICAL, format="%(name)s: %(message)s")
     try:
-        conf, backends = _backends(args.config_file, args.backend)
+        if args.command == "check":
+            from glance_rbd_native import check
+
+            _, backends = read(args.config_file, args.backend, bound=check.CONNECT_TIMEOUT)
+            return check.run(check.Checks(backends), args.json)
+        conf, backends = read(args.config_file, args.backend)
         _check(args)
         if args.presume_gone_after is None:
             args.presume_gone_after = settings.presume_gone_after(conf)
@@ -140,8 +141,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     _configuration(parser, "")
     commands = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    _configuration(common, "_after")
+    configured = argparse.ArgumentParser(add_help=False)
+    _configuration(configured, "_after")
+    common = argparse.ArgumentParser(add_help=False, parents=[configured])
     common.add_argument("--format", choices=("text", "json"), default="text")
     common.add_argument(
         "--presume-gone-after",
@@ -158,6 +160,14 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
         help="every upload in flight: host, pid, age, bytes, rate, and whether its writer lives",
     )
+    check = commands.add_parser(
+        "check",
+        parents=[configured],
+        help="before turning the native driver on, and after each upgrade: glance_store, the "
+        "native module and its libraries, each rbd backend's cluster and pool; oslo.upgradecheck's "
+        "table and exit codes (0 success, 1 warning, 2 failure, 255 error)",
+    )
+    check.add_argument("--json", action="store_true", help="the results as JSON")
     sweep = commands.add_parser(
         "sweep",
         parents=[common],
@@ -237,116 +247,6 @@ def _age(text: str) -> int:
     return int(match.group(1)) * UNITS[match.group(2) or "s"]
 
 
-class Backend:
-    """One rbd backend of glance's configuration, as its Store reads it; ``failure`` if its
-    Store could not be configured (glance_store 5 connects then)."""
-
-    def __init__(self, name: str, store: compat.RbdStore, failure: Optional[Failure]) -> None:
-        options = compat.store_options(store)
-        self.name = name
-        self.pool: str = getattr(store, "pool", None) or options.rbd_store_pool
-        self.conffile = options.rbd_store_ceph_conf or None
-        self.user = options.rbd_store_user or None
-        self.timeout = compat.connect_timeout(store)
-        self.failure = failure
-
-
-def _backends(
-    config_files: list[str], only: Optional[str]
-) -> tuple["cfg.ConfigOpts", list[Backend]]:
-    import rados
-    from glance_store import exceptions
-    from glance_store._drivers import rbd
-    from oslo_config import cfg
-
-    conf = cfg.ConfigOpts()
-    conf.register_opt(cfg.DictOpt("enabled_backends"))
-    conf.register_opt(cfg.StrOpt("connection", secret=True), group="database")
-    try:
-        conf(
-            args=[f"--config-file={path}" for path in config_files],
-            project="glance",
-            prog="glance-api",
-        )
-    except cfg.Error as exc:
-        raise Failure(f"cannot read the configuration: {exc}", EXIT_USAGE) from exc
-    if conf.enabled_backends:
-        import glance_store.multi_backend
-
-        glance_store.multi_backend.register_store_opts(conf)
-        names = [name for name, kind in conf.enabled_backends.items() if kind == "rbd"]
-    else:
-        import glance_store
-
-        glance_store.register_opts(conf)
-        names = ["glance_store"] if "rbd" in _single_store_types(conf) else []
-    if only:
-        if only not in names:
-            raise Failure(
-                f"no rbd backend {only!r} in the configuration (rbd backends: "
-                f"{', '.join(names) or 'none'})",
-                EXIT_USAGE,
-            )
-        names = [only]
-    if not names:
-        raise Failure(
-            "the configuration has no rbd backend (enabled_backends, or [glance_store] stores)",
-            EXIT_USAGE,
-        )
-    backends = []
-    for name in names:
-        failure = None
-        store = rbd.Store(conf, backend=None if name == "glance_store" else name)
-        try:
-            # glance_store 5 connects here, for the cluster's fsid.
-            store.configure_add()
-        except (
-            rados.Error,
-            exceptions.BackendException,
-            exceptions.BadStoreConfiguration,
-            cfg.Error,
-        ) as exc:
-            # BackendException says only "Error connecting to ceph cluster", and glance_store
-            # 5 calls a connect that failed a BadStoreConfiguration: librados' error is their
-            # context. Without one, the configuration is wrong.
-            cause = exc if isinstance(exc, rados.Error) else exc.__context__
-            if not isinstance(cause, rados.Error) and not isinstance(
-                exc, exceptions.BackendException
-            ):
-                raise Failure(f"backend {name}: {exc}", EXIT_USAGE) from exc
-            options = compat.store_options(store)
-            conffile = options.rbd_store_ceph_conf or None
-            failure = _connect_failure(name, conffile, options.rbd_store_user or None, cause)
-        backends.append(Backend(name, store, failure))
-    return conf, backends
-
-
-def _connect_failure(
-    name: str, conffile: Optional[str], user: Optional[str], exc: Optional[BaseException]
-) -> Failure:
-    """A connection to the cluster that failed, in the native driver's words (with what the
-    keyring holds) where librados gave an errno; a usage error where the configuration names a
-    Ceph configuration file that is not there."""
-    from glance_rbd_native import _native
-
-    missing = conffile is not None and not os.path.exists(conffile)
-    status = EXIT_USAGE if missing else EXIT_LEFT
-    code = getattr(exc, "errno", None)
-    if code is None:
-        return Failure(
-            f"backend {name}: cannot connect to the Ceph cluster (conf {conffile or 'default'}, "
-            f"user {user or 'default'}): {exc}",
-            status,
-        )
-    why = _native._connect_failure(code, conffile=conffile, user=user)
-    return Failure(f"backend {name}: {why}", status)
-
-
-def _single_store_types(conf: "cfg.ConfigOpts") -> set[str]:
-    options = conf.glance_store
-    return set(options.stores or ()) | {options.default_store}
-
-
 def _referenced(conf: "cfg.ConfigOpts") -> Referenced:
     """(names, None) of the images glance's database references: the ids of its images not
     deleted, and the image names of their locations; or (None, why) where it cannot be read."""
@@ -392,30 +292,25 @@ def _run(args: argparse.Namespace, backend: Backend, referenced: Optional[Refere
     import rados
     import rbd
 
-    try:
-        cluster = leftovers.connect(backend.conffile, backend.user, backend.timeout)
-    except rados.Error as exc:
-        raise _connect_failure(backend.name, backend.conffile, backend.user, exc) from exc
     entity = f"client.{backend.user or 'admin'}"
-    try:
-        with cluster.open_ioctx(backend.pool) as ioctx:
-            return _look(args, backend, leftovers.Pool(cluster, ioctx), referenced)
-    except rados.ObjectNotFound as exc:
-        raise Failure(f"backend {backend.name}: pool {backend.pool!r} not found") from exc
-    except (
-        rados.PermissionError,
-        rados.PermissionDeniedError,
-        rbd.PermissionError,
-        PermissionError,
-    ) as exc:
-        raise _refused(backend, entity, errno.EPERM, "refused {entity} in {pool}", exc) from exc
-    except (rados.TimedOut, rbd.Timeout) as exc:
-        what = "did not answer {entity} in {pool} in time"
-        raise _refused(backend, entity, errno.ETIMEDOUT, what, exc) from exc
-    except (rados.Error, rbd.Error) as exc:
-        raise Failure(f"backend {backend.name}: {exc}") from exc
-    finally:
-        cluster.shutdown()
+    with connected(backend) as cluster:
+        try:
+            with cluster.open_ioctx(backend.pool) as ioctx:
+                return _look(args, backend, leftovers.Pool(cluster, ioctx), referenced)
+        except rados.ObjectNotFound as exc:
+            raise Failure(f"backend {backend.name}: pool {backend.pool!r} not found") from exc
+        except (
+            rados.PermissionError,
+            rados.PermissionDeniedError,
+            rbd.PermissionError,
+            PermissionError,
+        ) as exc:
+            raise _refused(backend, entity, errno.EPERM, "refused {entity} in {pool}", exc) from exc
+        except (rados.TimedOut, rbd.Timeout) as exc:
+            what = "did not answer {entity} in {pool} in time"
+            raise _refused(backend, entity, errno.ETIMEDOUT, what, exc) from exc
+        except (rados.Error, rbd.Error) as exc:
+            raise Failure(f"backend {backend.name}: {exc}") from exc
 
 
 def _refused(backend: Backend, entity: str, code: int, what: str, exc: Exception) -> Failure:

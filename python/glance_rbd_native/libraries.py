@@ -32,21 +32,28 @@ def explained(exc: ImportError) -> Optional[ImportError]:
     """The ImportError to raise for the loader's `exc`, or None if it is not about the host's
     libraries."""
     text = str(exc)
-    lacking = next((name for name in NEEDED if name in text), None)
-    if lacking is not None:
-        return ImportError(
-            f"{CANNOT}: this host has no {lacking}; install {NEEDED[lacking]}, and restart "
-            f"the process ({text})",
-            name=NATIVE,
-        )
     older = OLDER.search(text)
-    if older is not None:
+    if older is not None:  # whichever library's file the loader was at when it found out
         package = "librbd1" if older[1] == "rbd" else "librados2"
         return ImportError(
             f"{CANNOT}: this host's {package} is too old; install {package} from {CEPH}, and "
             f"restart the process ({text})",
             name=NATIVE,
         )
+    for library, source in NEEDED.items():
+        if f"{library}: cannot open shared object file" in text:
+            return ImportError(
+                f"{CANNOT}: this host has no {library}; install {source}, and restart the "
+                f"process ({text})",
+                name=NATIVE,
+            )
+    for library, source in NEEDED.items():
+        if library in text:  # there, but not one the loader could use
+            return ImportError(
+                f"{CANNOT}: this host's {library} cannot be loaded; install {source}, and "
+                f"restart the process ({text})",
+                name=NATIVE,
+            )
     return None
 
 

@@ -9,6 +9,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 
 from tests.harness import venvs
@@ -50,9 +51,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
+def answering(url: str) -> bool:
+    """Whether `url` is an index that answers (not another server that took the port first)."""
+    try:
+        with urllib.request.urlopen(f"{url}/simple/", timeout=5) as page:
+            return page.status == 200 and b"Simple Index" in page.read()
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
@@ -70,9 +75,10 @@ def serving(folder: pathlib.Path, log: pathlib.Path) -> Iterator[Index]:
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_for(lambda: listening(port) or server.poll() is not None, 30, "pypi-server to listen")
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: answering(url) or server.poll() is not None, 30, "pypi-server to answer")
         assert server.poll() is None, log.read_text()
-        yield Index(f"http://127.0.0.1:{port}", folder)
+        yield Index(url, folder)
     finally:
         server.terminate()
         try:

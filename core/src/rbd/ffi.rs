@@ -21,6 +21,8 @@ pub(crate) type RbdOpen = unsafe extern "C" fn(
 
 #[link(name = "rbd")]
 unsafe extern "C" {
+    /// librbd's version: 1, then (from Ceph 12 on) the Ceph release its minor number names.
+    pub(crate) fn rbd_version(major: *mut c_int, minor: *mut c_int, extra: *mut c_int);
     pub(crate) fn rbd_create2(
         io: rados_ioctx_t,
         name: *const c_char,

@@ -10,3 +10,4 @@ pub mod keyring;
 pub(crate) mod omap;
 pub mod pool;
 pub(crate) mod signals;
+pub mod versions;

@@ -1,0 +1,124 @@
+"""`glance-rbd-native check` on the cluster, run as operators run it (tests/harness/command.py),
+each configuration its own glance-api.conf: oslo.upgradecheck's table and JSON, its exit codes,
+a row for glance_store, one for the native module and the libraries it loaded, one for each rbd
+backend. The rows' failures that need no cluster are checked in-process."""
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from oslo_upgradecheck.upgradecheck import Code
+
+from glance_rbd_native import check, compat
+from tests.harness import command
+from tests.harness.cluster import free_port
+from tests.harness.stores import glance_api_conf
+
+pytestmark = pytest.mark.cluster
+
+LIBRBD = r"librbd 1\.(\d+)\.\d+ \(Ceph (\d+)\), librados \d+\.\d+\.\d+, OpenSSL 3\."
+
+
+def checked(conf_file, *args, status):
+    """The JSON report of `check`, which must exit with `status`."""
+    done = command.run(conf_file, "check", "--json", *args, status=status)
+    return json.loads(done.stdout)
+
+
+def rows(report):
+    return {row["check"]: (row["result"], row["details"]) for row in report["checks"]}
+
+
+def test_all_well_is_success_in_oslo_upgradechecks_form(cluster, conf_file):
+    report = checked(conf_file, status=0)
+    assert report["name"] == "glance-rbd-native check"
+    assert [row["check"] for row in report["checks"]] == [
+        "glance_store",
+        "Native module",
+        "Backend glance_store",
+    ]
+    found = rows(report)
+    assert {result for result, _ in found.values()} == {Code.SUCCESS}
+    version = compat.glance_store_version()
+    assert found["glance_store"][1].startswith(
+        f"glance_store {version}: patch() takes over add, get, get_size and delete"
+    )
+    librbd = re.search(LIBRBD, found["Native module"][1])
+    assert librbd and librbd[1] == librbd[2] and int(librbd[2]) >= 16, found["Native module"]
+    assert "loaded from /" in found["Native module"][1]
+    assert found["Backend glance_store"][1].startswith(
+        f"client.admin reached cluster {cluster.fsid} in "
+    )
+    assert f"pool {cluster.pool!r} is there" in found["Backend glance_store"][1]
+
+
+def test_the_table_and_the_options_on_either_side(cluster, conf_file):
+    """Without --json, oslo.upgradecheck's table; --config-file before the command too."""
+    done = command.run(conf_file, "check")  # command.run puts --config-file after it
+    assert "| glance-rbd-native check" in done.stdout
+    assert "| Check: Backend glance_store" in done.stdout
+    assert done.stdout.count("| Result: Success") == 3
+    before = subprocess.run(
+        [sys.executable, "-m", "glance_rbd_native", "--config-file", str(conf_file), "check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=command.CHECKOUT,
+    )
+    assert before.returncode == 0, before.stderr
+    assert "| Check: Backend glance_store" in before.stdout
+    assert before.stdout.count("| Result: Success") == 3
+
+
+def test_a_missing_pool_is_a_failure_that_names_it(cluster, tmp_path):
+    conf = glance_api_conf(tmp_path / "glance-api.conf", "no-such-pool", "admin", cluster.conf_path)
+    result, details = rows(checked(conf, status=2))["Backend glance_store"]
+    assert result == Code.FAILURE
+    assert details.startswith(f"pool 'no-such-pool' does not exist in cluster {cluster.fsid}")
+
+
+@pytest.mark.parametrize("timeout", [5, None], ids=["glance's timeout", "none set"])
+def test_monitors_that_do_not_answer_fail_within_the_timeout(cluster, tmp_path, timeout):
+    """A Ceph configuration whose monitor address nothing listens on: a Failure within glance's
+    rados_connect_timeout, or within the check's own where glance sets none (librados' own
+    would be 300 s)."""
+    ceph_conf = tmp_path / "ceph.conf"
+    monitor = f"127.0.0.1:{cluster.port}"
+    ceph_conf.write_text(cluster.conf_path.read_text().replace(monitor, f"127.0.0.1:{free_port()}"))
+    extra = "" if timeout is None else f"rados_connect_timeout = {timeout}\n"
+    conf = glance_api_conf(tmp_path / "glance-api.conf", cluster.pool, "admin", ceph_conf, extra)
+    started = time.monotonic()
+    result, details = rows(checked(conf, status=2))["Backend glance_store"]
+    took = time.monotonic() - started
+    assert result == Code.FAILURE and "cannot connect" in details, details
+    assert took < (timeout or check.CONNECT_TIMEOUT) * 2 + 15, took
+
+
+def test_glance_store_outside_the_supported_range_is_a_failure(monkeypatch):
+    monkeypatch.setattr(compat, "glance_store_version", lambda: "3.0.0")
+    result = check.Checks([]).glance_store()
+    assert result.code == Code.FAILURE
+    assert result.details.startswith(
+        "glance_store 3.0.0 is not supported (supported: 4.1.0 to 5.x)"
+    )
+
+
+def test_a_native_module_that_cannot_load_is_a_failure_with_its_reason(monkeypatch):
+    """The ImportError's message is the row's details: on a host without librbd, the package to
+    install (test_host_libraries.py)."""
+    monkeypatch.setitem(sys.modules, "glance_rbd_native._native", None)
+    result = check.Checks([]).native_module()
+    assert result.code == Code.FAILURE
+    assert "glance_rbd_native._native" in result.details
+
+
+def test_a_check_that_raises_exits_255_with_the_error(monkeypatch, capsys):
+    def broken(self):
+        raise RuntimeError("a check that raised")
+
+    monkeypatch.setattr(check.Checks, "glance_store", broken)
+    assert check.run(check.Checks([]), as_json=False) == 255
+    assert "a check that raised" in capsys.readouterr().out
