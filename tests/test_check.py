@@ -15,6 +15,8 @@ from oslo_upgradecheck.upgradecheck import Code
 from glance_rbd_native import check, compat
 from tests.harness import command
 from tests.harness.cluster import free_port
+from tests.harness.data import new_name
+from tests.harness.held_upload import Held
 from tests.harness.stores import glance_api_conf
 
 pytestmark = pytest.mark.cluster
@@ -32,13 +34,34 @@ def rows(report):
     return {row["check"]: (row["result"], row["details"]) for row in report["checks"]}
 
 
-def test_all_well_is_success_in_oslo_upgradechecks_form(cluster, conf_file):
-    report = checked(conf_file, status=0)
+@pytest.fixture
+def well_set(cluster, tmp_path):
+    """A glance-api.conf as the docs advise: a rados_connect_timeout."""
+    return glance_api_conf(
+        tmp_path / "glance-api.conf",
+        cluster.pool,
+        "admin",
+        cluster.conf_path,
+        "rados_connect_timeout = 30\n",
+    )
+
+
+def swept(conf_file):
+    """The pool without what processes of earlier tests left (a delete's purge cut short by its
+    process's exit), which the leftovers row would rightly warn of."""
+    command.run(conf_file, "sweep", "--remove")
+
+
+def test_all_well_is_success_in_oslo_upgradechecks_form(cluster, clean_pool, well_set):
+    swept(well_set)
+    report = checked(well_set, status=0)
     assert report["name"] == "glance-rbd-native check"
     assert [row["check"] for row in report["checks"]] == [
         "glance_store",
         "Native module",
         "Backend glance_store",
+        "Backend glance_store: rados_connect_timeout",
+        "Backend glance_store: leftovers",
     ]
     found = rows(report)
     assert {result for result, _ in found.values()} == {Code.SUCCESS}
@@ -53,16 +76,42 @@ def test_all_well_is_success_in_oslo_upgradechecks_form(cluster, conf_file):
         f"client.admin reached cluster {cluster.fsid} in "
     )
     assert f"pool {cluster.pool!r} is there" in found["Backend glance_store"][1]
+    assert found["Backend glance_store: rados_connect_timeout"][1].startswith("30 s: ")
 
 
-def test_the_table_and_the_options_on_either_side(cluster, conf_file):
+def test_no_rados_connect_timeout_is_a_warning_that_says_what_to_set(cluster, conf_file):
+    report = checked(conf_file, status=1)
+    result, details = rows(report)["Backend glance_store: rados_connect_timeout"]
+    assert result == Code.WARNING
+    assert details.startswith("unset: a monitor or OSD that stops answering")
+    assert details.endswith("set rados_connect_timeout in [glance_store], e.g. to 30")
+
+
+def test_a_partial_image_of_a_writer_that_is_gone_is_a_warning_with_the_command(
+    cluster, clean_pool, well_set
+):
+    """An upload killed mid-way (tests/harness/held_upload.py): the leftovers row says how many,
+    and which command removes them; once swept, all is well again."""
+    swept(well_set)
+    held = Held(cluster, new_name("check-killed"))
+    held.kill()
+    result, details = rows(checked(well_set, status=1))["Backend glance_store: leftovers"]
+    assert result == Code.WARNING
+    assert details.startswith(f"pool {cluster.pool!r}: 1 partial images of writers that are gone")
+    assert "`sweep --remove` removes them" in details
+    command.run(well_set, "sweep", "--remove")
+    assert rows(checked(well_set, status=0))["Backend glance_store: leftovers"][0] == Code.SUCCESS
+
+
+def test_the_table_and_the_options_on_either_side(cluster, clean_pool, well_set):
     """Without --json, oslo.upgradecheck's table; --config-file before the command too."""
-    done = command.run(conf_file, "check")  # command.run puts --config-file after it
+    swept(well_set)
+    done = command.run(well_set, "check")  # command.run puts --config-file after it
     assert "| glance-rbd-native check" in done.stdout
     assert "| Check: Backend glance_store" in done.stdout
-    assert done.stdout.count("| Result: Success") == 3
+    assert done.stdout.count("| Result: Success") == 5
     before = subprocess.run(
-        [sys.executable, "-m", "glance_rbd_native", "--config-file", str(conf_file), "check"],
+        [sys.executable, "-m", "glance_rbd_native", "--config-file", str(well_set), "check"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -70,7 +119,7 @@ def test_the_table_and_the_options_on_either_side(cluster, conf_file):
     )
     assert before.returncode == 0, before.stderr
     assert "| Check: Backend glance_store" in before.stdout
-    assert before.stdout.count("| Result: Success") == 3
+    assert before.stdout.count("| Result: Success") == 5
 
 
 def test_a_missing_pool_is_a_failure_that_names_it(cluster, tmp_path):
@@ -99,7 +148,7 @@ def test_monitors_that_do_not_answer_fail_within_the_timeout(cluster, tmp_path, 
 
 def test_glance_store_outside_the_supported_range_is_a_failure(monkeypatch):
     monkeypatch.setattr(compat, "glance_store_version", lambda: "3.0.0")
-    result = check.Checks([]).glance_store()
+    result = check.Checks(None, []).glance_store()
     assert result.code == Code.FAILURE
     assert result.details.startswith(
         "glance_store 3.0.0 is not supported (supported: 4.1.0 to 5.x)"
@@ -110,7 +159,7 @@ def test_a_native_module_that_cannot_load_is_a_failure_with_its_reason(monkeypat
     """The ImportError's message is the row's details: on a host without librbd, the package to
     install (test_host_libraries.py)."""
     monkeypatch.setitem(sys.modules, "glance_rbd_native._native", None)
-    result = check.Checks([]).native_module()
+    result = check.Checks(None, []).native_module()
     assert result.code == Code.FAILURE
     assert "glance_rbd_native._native" in result.details
 
@@ -120,5 +169,5 @@ def test_a_check_that_raises_exits_255_with_the_error(monkeypatch, capsys):
         raise RuntimeError("a check that raised")
 
     monkeypatch.setattr(check.Checks, "glance_store", broken)
-    assert check.run(check.Checks([]), as_json=False) == 255
+    assert check.run(check.Checks(None, []), as_json=False) == 255
     assert "a check that raised" in capsys.readouterr().out

@@ -33,9 +33,17 @@ class Failure(Exception):
 
 class Backend:
     """One rbd backend of glance's configuration, as its Store reads it; ``failure`` if its
-    Store could not be configured (glance_store 5 connects then)."""
+    Store could not be configured (glance_store 5 connects then). ``glance_timeout``: the
+    librados timeouts glance's own configuration gives its driver (None: none), where
+    ``timeout`` may be a command's bound (``read``)."""
 
-    def __init__(self, name: str, store: compat.RbdStore, failure: Optional[Failure]) -> None:
+    def __init__(
+        self,
+        name: str,
+        store: compat.RbdStore,
+        failure: Optional[Failure],
+        glance_timeout: Optional[int],
+    ) -> None:
         options = compat.store_options(store)
         self.name = name
         self.pool: str = getattr(store, "pool", None) or options.rbd_store_pool
@@ -43,6 +51,7 @@ class Backend:
         self.user = options.rbd_store_user or None
         self.timeout = compat.connect_timeout(store)
         self.failure = failure
+        self.glance_timeout = glance_timeout
 
 
 def read(
@@ -94,8 +103,8 @@ def read(
     for name in names:
         failure = None
         store = rbd.Store(conf, backend=None if name == "glance_store" else name)
-        timeout = compat.store_options(store).rados_connect_timeout
-        if bound is not None and (timeout is None or timeout < 0):
+        glance_timeout = compat.connect_timeout(store)
+        if bound is not None and glance_timeout is None:
             conf.set_override("rados_connect_timeout", bound, group=store.backend_group or name)
         try:
             # glance_store 5 connects here, for the cluster's fsid.
@@ -117,7 +126,7 @@ def read(
             options = compat.store_options(store)
             conffile = options.rbd_store_ceph_conf or None
             failure = connect_failure(name, conffile, options.rbd_store_user or None, cause)
-        backends.append(Backend(name, store, failure))
+        backends.append(Backend(name, store, failure, glance_timeout))
     return conf, backends
 
 

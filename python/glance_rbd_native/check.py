@@ -8,9 +8,11 @@ raised.
     glance-rbd-native check [--json] --config-file /etc/glance/glance-api.conf
 
 A row for glance_store (would ``patch()`` take over), one for the native module and the
-libraries it loaded on this host, and one for each rbd backend: its cluster reached as its user,
-within glance's rados_connect_timeout (``CONNECT_TIMEOUT`` where it sets none, for the check
-alone), and its pool there. Nothing is written to the cluster.
+libraries it loaded on this host, and three for each rbd backend: its cluster reached as its
+user, within glance's rados_connect_timeout (``CONNECT_TIMEOUT`` where it sets none, for the
+check alone), and its pool there; that timeout (a Warning where glance sets none); and what dead
+processes left in the pool (a Warning naming the command that removes it). Nothing is written
+to the cluster.
 """
 
 import time
@@ -37,12 +39,18 @@ CEPH_LIBRARIES = ("librbd.so", "librados.so")
 class Checks(upgradecheck.UpgradeCommands):
     display_title = TITLE
 
-    def __init__(self, backends: list[Backend]) -> None:
+    def __init__(self, conf: "cfg.ConfigOpts", backends: list[Backend]) -> None:
+        self.conf = conf
         rows: list[tuple[str, Any]] = [
             ("glance_store", Checks.glance_store),
             ("Native module", Checks.native_module),
         ]
-        rows += [(f"Backend {b.name}", (Checks.backend, {"backend": b})) for b in backends]
+        for b in backends:
+            rows += [
+                (f"Backend {b.name}", (Checks.backend, {"backend": b})),
+                (f"Backend {b.name}: rados_connect_timeout", (Checks.timeout, {"backend": b})),
+                (f"Backend {b.name}: leftovers", (Checks.leftovers, {"backend": b})),
+            ]
         self._upgrade_checks = tuple(rows)
 
     def glance_store(self) -> Result:
@@ -105,6 +113,57 @@ class Checks(upgradecheck.UpgradeCommands):
         return Result(
             Code.SUCCESS,
             f"{entity} reached cluster {fsid} in {took:.2f} s; pool {backend.pool!r} is there",
+        )
+
+    def timeout(self, backend: Backend) -> Result:
+        """Whether glance bounds the time a cluster that stops answering holds its requests."""
+        if backend.glance_timeout is not None:
+            return Result(
+                Code.SUCCESS,
+                f"{backend.glance_timeout} s: librados' mount and operation timeouts, which "
+                "stock sets from it, as native does",
+            )
+        why = (
+            "unset"
+            if compat.stock_sets_librados_timeouts()
+            else f"ignored by glance_store {compat.glance_store_version()} (4.7 on sets it)"
+        )
+        return Result(
+            Code.WARNING,
+            f"{why}: a monitor or OSD that stops answering holds each request of glance-api "
+            "as long as librados waits (300 s to connect, without end for an operation); set "
+            f"rados_connect_timeout in [{backend.name}], e.g. to 30",
+        )
+
+    def leftovers(self, backend: Backend) -> Result:
+        """What dead processes left in the pool: partial uploads, and deletes not purged."""
+        import rados
+
+        from glance_rbd_native import leftovers, settings
+        from glance_rbd_native.leftovers import deletes
+
+        if backend.failure is not None:
+            return Result(Code.FAILURE, f"not looked at: {backend.failure}")
+        try:
+            with connected(backend, backend.timeout or CONNECT_TIMEOUT) as cluster:
+                with cluster.open_ioctx(backend.pool) as ioctx:
+                    pool = leftovers.Pool(cluster, ioctx)
+                    found = leftovers.uploads(pool, settings.presume_gone_after(self.conf))
+                    gone = sum(1 for upload in found if upload.state == "gone")
+                    orphans = sum(1 for d in deletes.deletions(ioctx) if d.state == "gone")
+        except (Failure, rados.Error) as exc:
+            return Result(Code.FAILURE, f"not looked at: {exc}")
+        if not gone and not orphans:
+            return Result(
+                Code.SUCCESS,
+                f"pool {backend.pool!r}: no partial image of a writer that is gone, no deleted "
+                "image whose deleter is gone",
+            )
+        return Result(
+            Code.WARNING,
+            f"pool {backend.pool!r}: {gone} partial images of writers that are gone, {orphans} "
+            "deleted images whose data a process that is gone was removing; `glance-rbd-native "
+            "sweep` lists them, `sweep --remove` removes them",
         )
 
 

@@ -86,8 +86,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "check":
             from glance_rbd_native import check
 
-            _, backends = read(args.config_file, args.backend, bound=check.CONNECT_TIMEOUT)
-            return check.run(check.Checks(backends), args.json)
+            conf, backends = read(args.config_file, args.backend, bound=check.CONNECT_TIMEOUT)
+            return check.run(check.Checks(conf, backends), args.json)
         conf, backends = read(args.config_file, args.backend)
         _check(args)
         if args.presume_gone_after is None:
