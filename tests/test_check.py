@@ -12,6 +12,7 @@ import time
 import pytest
 from oslo_upgradecheck.upgradecheck import Code
 
+import glance_rbd_native
 from glance_rbd_native import check, compat
 from tests.harness import command
 from tests.harness.cluster import free_port
@@ -159,6 +160,8 @@ def test_a_native_module_that_cannot_load_is_a_failure_with_its_reason(monkeypat
     """The ImportError's message is the row's details: on a host without librbd, the package to
     install (test_host_libraries.py)."""
     monkeypatch.setitem(sys.modules, "glance_rbd_native._native", None)
+    # Once imported, the module is also the package's attribute, which `from ... import` finds.
+    monkeypatch.delattr(glance_rbd_native, "_native", raising=False)
     result = check.Checks(None, []).native_module()
     assert result.code == Code.FAILURE
     assert "glance_rbd_native._native" in result.details
