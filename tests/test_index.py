@@ -8,9 +8,7 @@ chosen from such an index in the arm64 root (tests/distro/test_debian13_arm64.py
 
 import email.parser
 import json
-import os
 import pathlib
-import subprocess
 
 import pytest
 
@@ -28,13 +26,7 @@ MATURIN = "maturin>=1.9,<2"
 
 
 def run(*argv, timeout=600):
-    """`argv` as an operator's shell runs it: no variable of this test run's own."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    done = subprocess.run(
-        [str(a) for a in argv], env=env, capture_output=True, text=True, timeout=timeout
-    )
-    assert done.returncode == 0, f"{argv}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-    return done
+    return venvs.run(*argv, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

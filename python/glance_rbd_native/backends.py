@@ -126,7 +126,11 @@ def read(
             options = compat.store_options(store)
             conffile = options.rbd_store_ceph_conf or None
             failure = connect_failure(name, conffile, options.rbd_store_user or None, cause)
-        backends.append(Backend(name, store, failure, glance_timeout))
+        backend = Backend(name, store, failure, glance_timeout)
+        if backend.timeout is None:
+            # glance_store before 4.7 reads no rados_connect_timeout: the bound is the command's.
+            backend.timeout = bound
+        backends.append(backend)
     return conf, backends
 
 
@@ -156,17 +160,21 @@ def _single_store_types(conf: "cfg.ConfigOpts") -> set[str]:
     return set(options.stores or ()) | {options.default_store}
 
 
-@contextlib.contextmanager
-def connected(backend: Backend, timeout: Optional[int] = None) -> Iterator["rados.Rados"]:
-    """A connection to `backend`'s cluster as its user, shut down after; operations time out
-    after `timeout` seconds where given, else after glance's rados_connect_timeout, if any. A
-    connection that fails is `connect_failure`'s Failure."""
+def connect(backend: Backend) -> "rados.Rados":
+    """A connection to `backend`'s cluster as its user, whose operations time out after its
+    ``timeout``, if any. A connection that fails is `connect_failure`'s Failure."""
     import rados
 
     try:
-        cluster = leftovers.connect(backend.conffile, backend.user, timeout or backend.timeout)
+        return leftovers.connect(backend.conffile, backend.user, backend.timeout)
     except rados.Error as exc:
         raise connect_failure(backend.name, backend.conffile, backend.user, exc) from exc
+
+
+@contextlib.contextmanager
+def connected(backend: Backend) -> Iterator["rados.Rados"]:
+    """`connect`'s connection, shut down after."""
+    cluster = connect(backend)
     try:
         yield cluster
     finally:

@@ -16,21 +16,23 @@ to the cluster.
 """
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 from oslo_config import cfg
 from oslo_upgradecheck import upgradecheck
 from oslo_upgradecheck.upgradecheck import Code, Result
 
 from glance_rbd_native import compat
-from glance_rbd_native.backends import Backend, Failure, connected
+from glance_rbd_native.backends import Backend, Failure, connect
 
 if TYPE_CHECKING:
+    import rados
+
     from glance_rbd_native._native import _Versions
 
 TITLE = "glance-rbd-native check"
-# Seconds a backend's cluster has to answer where glance sets no rados_connect_timeout: the
-# check ends, whatever the cluster does.
+# Seconds a backend's cluster has to answer where glance sets no rados_connect_timeout
+# (backends.read's bound): the check ends, whatever the cluster does.
 CONNECT_TIMEOUT = 30
 # The libraries whose files the row of the native module names.
 CEPH_LIBRARIES = ("librbd.so", "librados.so")
@@ -52,6 +54,32 @@ class Checks(upgradecheck.UpgradeCommands):
                 (f"Backend {b.name}: leftovers", (Checks.leftovers, {"backend": b})),
             ]
         self._upgrade_checks = tuple(rows)
+        # Each backend's connection (and the seconds it took), or why there is none: made once,
+        # for all its rows, so that a cluster that does not answer is waited for once.
+        self._clusters: dict[str, Union[tuple[rados.Rados, float], Failure]] = {}
+
+    def close(self) -> None:
+        """Shuts down the connections the checks made."""
+        for made in self._clusters.values():
+            if not isinstance(made, Failure):
+                made[0].shutdown()
+        self._clusters.clear()
+
+    def _cluster(self, backend: Backend) -> tuple["rados.Rados", float]:
+        """`backend`'s connection and the seconds it took to make, or its Failure."""
+        if backend.name not in self._clusters:
+            started = time.monotonic()
+            try:
+                if backend.failure is not None:
+                    raise backend.failure
+                cluster = connect(backend)
+                self._clusters[backend.name] = (cluster, time.monotonic() - started)
+            except Failure as failure:
+                self._clusters[backend.name] = failure
+        made = self._clusters[backend.name]
+        if isinstance(made, Failure):
+            raise made
+        return made
 
     def glance_store(self) -> Result:
         """Whether ``patch()`` takes over with the installed glance_store (the rule it applies)."""
@@ -91,21 +119,16 @@ class Checks(upgradecheck.UpgradeCommands):
         """The backend's cluster answers its user, and its pool is there."""
         import rados
 
-        if backend.failure is not None:
-            return Result(Code.FAILURE, str(backend.failure))
         entity = f"client.{backend.user or 'admin'}"
-        started = time.monotonic()
         try:
-            with connected(backend, backend.timeout or CONNECT_TIMEOUT) as cluster:
-                fsid = cluster.get_fsid()
-                took = time.monotonic() - started
-                if not cluster.pool_exists(backend.pool):
-                    return Result(
-                        Code.FAILURE,
-                        f"pool {backend.pool!r} does not exist in cluster {fsid}, which "
-                        f"{entity} reached in {took:.2f} s: create it, or correct "
-                        "rbd_store_pool",
-                    )
+            cluster, took = self._cluster(backend)
+            fsid = cluster.get_fsid()
+            if not cluster.pool_exists(backend.pool):
+                return Result(
+                    Code.FAILURE,
+                    f"pool {backend.pool!r} does not exist in cluster {fsid}, which "
+                    f"{entity} reached in {took:.2f} s: create it, or correct rbd_store_pool",
+                )
         except Failure as failure:
             return Result(Code.FAILURE, str(failure))
         except rados.Error as exc:
@@ -142,15 +165,13 @@ class Checks(upgradecheck.UpgradeCommands):
         from glance_rbd_native import leftovers, settings
         from glance_rbd_native.leftovers import deletes
 
-        if backend.failure is not None:
-            return Result(Code.FAILURE, f"not looked at: {backend.failure}")
         try:
-            with connected(backend, backend.timeout or CONNECT_TIMEOUT) as cluster:
-                with cluster.open_ioctx(backend.pool) as ioctx:
-                    pool = leftovers.Pool(cluster, ioctx)
-                    found = leftovers.uploads(pool, settings.presume_gone_after(self.conf))
-                    gone = sum(1 for upload in found if upload.state == "gone")
-                    orphans = sum(1 for d in deletes.deletions(ioctx) if d.state == "gone")
+            cluster, _ = self._cluster(backend)
+            with cluster.open_ioctx(backend.pool) as ioctx:
+                pool = leftovers.Pool(cluster, ioctx)
+                found = leftovers.uploads(pool, settings.presume_gone_after(self.conf))
+                gone = sum(1 for upload in found if upload.state == "gone")
+                orphans = sum(1 for d in deletes.deletions(ioctx) if d.state == "gone")
         except (Failure, rados.Error) as exc:
             return Result(Code.FAILURE, f"not looked at: {exc}")
         if not gone and not orphans:
@@ -170,7 +191,10 @@ class Checks(upgradecheck.UpgradeCommands):
 def run(checks: Checks, as_json: bool) -> int:
     """oslo.upgradecheck's run of `checks`: its table or its JSON on stdout, its exit code."""
     argv = ["upgrade", "check", *(["--json"] if as_json else [])]
-    return upgradecheck.main(cfg.ConfigOpts(), "glance", checks, argv, default_config_files=[])
+    try:
+        return upgradecheck.main(cfg.ConfigOpts(), "glance", checks, argv, default_config_files=[])
+    finally:
+        checks.close()
 
 
 def _loaded(versions: "_Versions") -> str:

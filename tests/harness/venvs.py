@@ -138,9 +138,9 @@ def ensure(
     wanted = "\n".join([str(base), *reqs]) + "\n"
     if not python.exists() or not stamp.exists() or stamp.read_text() != wanted:
         site = ["--system-site-packages"] if str(base) == SYSTEM_PYTHON else []
-        _run(base, "-m", "venv", "--clear", *site, str(venv))
-        _run(python, "-m", "pip", "install", "-q", "--upgrade", "pip")
-        _run(python, "-m", "pip", "install", "-q", *reqs)
+        run(base, "-m", "venv", "--clear", *site, str(venv))
+        run(python, "-m", "pip", "install", "-q", "--upgrade", "pip")
+        run(python, "-m", "pip", "install", "-q", *reqs)
         stamp.write_text(wanted)
     if not with_wheel:
         return python
@@ -148,19 +148,24 @@ def ensure(
     marker = venv / ".wheel"
     digest = hashlib.sha256(built.read_bytes()).hexdigest()
     if not marker.exists() or marker.read_text() != digest:
-        _run(python, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(built))
+        run(python, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(built))
         marker.write_text(digest)
     return python
 
 
-def _run(*argv) -> None:
+def run(*argv, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """`argv` as an operator's shell runs it, with no variable of this test run's own; a
+    RuntimeError with its output if it fails."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    result = subprocess.run([str(a) for a in argv], env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(a) for a in argv], env=env, capture_output=True, text=True, timeout=timeout
+    )
     if result.returncode:
         raise RuntimeError(
             f"{' '.join(map(str, argv))} failed ({result.returncode}):\n"
             f"{result.stdout[-3000:]}{result.stderr[-3000:]}"
         )
+    return result
 
 
 if __name__ == "__main__":
