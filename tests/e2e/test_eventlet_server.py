@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.clients import CLIENTS, SIZE, check_four_at_once, check_upload, wait_status
-from tests.harness import venvs
+from tests.harness import command, venvs
 from tests.harness.data import MiB, data_of
 from tests.harness.waiting import wait_for
 
@@ -52,6 +52,29 @@ def test_four_clients_at_once(server, eventlet_servers, cluster, clean_pool):
     check_four_at_once(eventlet_servers(server), cluster, seed=200)
 
 
+def janitor_story(api, cluster, image_id):
+    """What the janitor was doing with a partial image it did not remove in time: glance's log
+    lines of that image, the image's watchers and lockers, and what `glance-rbd-native status`
+    says of its mark."""
+    spec = f"{cluster.pool}/{image_id}"
+    lines = [line for line in api.log().splitlines() if image_id in line]
+
+    def asked(*argv):
+        try:
+            return cluster.rbd(*argv, timeout=30).strip()
+        except Exception as exc:  # what the cluster answers is the story, whatever it is
+            return f"(rbd {' '.join(argv)} failed: {exc})"
+
+    done = command.run(api.conf_file, "status", check=False)
+    return "\n".join([
+        f"the janitor did not remove {spec} within 120 s of the OSD's return",
+        "glance's log of it:", *lines[-40:],
+        "rbd status:", asked("status", spec),
+        "rbd lock ls:", asked("lock", "ls", spec),
+        "glance-rbd-native status:", done.stdout + done.stderr,
+    ])  # fmt: skip
+
+
 def test_osd_stopped_mid_upload(eventlet_servers, cluster, clean_pool):
     """The OSD goes away mid-upload: the upload fails within rados_connect_timeout, the janitor
     thread removes the partial image once the OSD is back, and its record reaches glance's log
@@ -74,7 +97,7 @@ def test_osd_stopped_mid_upload(eventlet_servers, cluster, clean_pool):
     finally:
         cluster.start_osd()
     removed = wait_for(lambda: image_id not in cluster.images(), 120, every=1)
-    assert removed, "the janitor did not remove the partial image"
+    assert removed, janitor_story(api, cluster, image_id)
     target = f"image '{image_id}' in pool '{cluster.pool}'"
     assert (
         f"could not remove {target} (the cluster timed out); retrying in the background"
