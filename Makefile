@@ -13,7 +13,7 @@ PIP_PACKAGES := --group dev
 # The end-to-end layer: a real glance-api (WSGI app served by uWSGI, catalogue in MariaDB) and
 # a real client. pip's cryptography breaks Debian's pyOpenSSL in a --system-site-packages venv;
 # a newer pyOpenSSL fixes it.
-E2E_PACKAGES := glance==33.0.0 uwsgi==2.0.31 python-glanceclient PyMySQL "pyOpenSSL>=24"
+E2E_PACKAGES := glance==33.0.0 uwsgi==2.0.31 gunicorn==23.0.0 python-glanceclient PyMySQL "pyOpenSSL>=24"
 
 .PHONY: help deps build build-arm64 dist dev deb demo test test-unit test-fast test-rust lifecycle test-python check-py39 check-abi3 \
 	bench cluster-up cluster-down lint lint-checks format clean

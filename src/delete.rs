@@ -4,8 +4,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::exceptions::OrRaise;
-use crate::logbridge;
+use crate::{detach, logbridge};
 use glance_rbd_core::delete::{self, Deleted, Rules};
 use glance_rbd_core::error::Result;
 use glance_rbd_core::rbd::cluster::{Cluster, ConnectOptions};
@@ -37,13 +36,11 @@ pub(crate) fn delete_image(
         refuse_clones_first,
         trash_with_snapshots,
     };
-    let deleted = py
-        .detach(|| -> Result<Deleted> {
-            Cluster::shared(&connect)?.start_transfer(|cluster| {
-                delete::delete(cluster, &pool, &image, snapshot.as_deref(), rules)
-            })
+    let deleted = detach::run(py, |poll| -> Result<Deleted> {
+        Cluster::shared(&connect)?.start_transfer(|cluster| {
+            delete::delete(cluster, &pool, &image, snapshot.as_deref(), rules, poll)
         })
-        .or_raise();
+    });
     logbridge::flush();
     Ok(match deleted? {
         Deleted::Purging { id } => (id, true),

@@ -118,9 +118,9 @@ impl RbdReader {
             chunk_size,
             max_in_flight,
         };
-        let download = detach::run(py, |_poll| {
+        let download = detach::run(py, |poll| {
             Cluster::shared(&connect)?.start_transfer(|cluster| {
-                Download::open(RbdPool::open(cluster, &options.pool)?, &options)
+                Download::open(RbdPool::open(cluster, &options.pool)?, &options, poll)
             })
         })?;
         Ok(RbdReader {

@@ -68,15 +68,17 @@ impl RbdWriter {
             snapshot,
             digests,
         };
-        let (upload, fsid) = py
-            .detach(|| -> Result<_> {
-                let cluster = Cluster::shared(&connect)?;
-                let upload = cluster.start_transfer(|cluster| {
-                    Upload::start(RbdPool::open(cluster, &options.pool)?, options.clone())
-                })?;
-                Ok((upload, cluster.fsid().to_owned()))
-            })
-            .or_raise()?;
+        let (upload, fsid) = detach::run(py, |poll| -> Result<_> {
+            let cluster = Cluster::shared(&connect)?;
+            let upload = cluster.start_transfer(|cluster| {
+                Upload::start(
+                    RbdPool::open(cluster, &options.pool)?,
+                    options.clone(),
+                    poll,
+                )
+            })?;
+            Ok((upload, cluster.fsid().to_owned()))
+        })?;
         Ok(RbdWriter {
             upload: Mutex::new(upload),
             fsid,

@@ -14,10 +14,12 @@ import pytest
 import rados
 import rbd
 
+from glance_rbd_native._native import _delete_image
 from tests.harness import command, trash
 from tests.harness.command import CHECKOUT
 from tests.harness.data import MiB, data_of, new_name
 from tests.harness.stores import SNAP, glance_api_conf
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -219,6 +221,38 @@ def test_the_sweep_removes_glances_snapshot_first_and_no_other(clean_pool, conf_
     finally:
         for _, trash_id in entries.values():
             trash.discard(clean_pool.ioctx, trash_id)
+
+
+def test_a_delete_killed_between_its_mark_and_its_move_leaves_the_image_whole(
+    cluster, clean_pool, conf_file
+):
+    """Killed after it marked the deletion and before the image moved to the trash: the image
+    is whole, where it was (glance's snapshot unprotected: glance still has the image, whose
+    delete failed); the sweep drops the mark, which names no trash entry, and touches nothing
+    else. A delete of that image then goes through."""
+    name = clean_pool.store(new_name("killed-before-move"), data_of(MiB))
+    with rbd.Image(clean_pool.ioctx, name) as image:
+        image.unprotect_snap(SNAP)
+        image_id = image.id()
+    mark_as_by_a_dead_process(clean_pool, name, image_id, snapshot=SNAP)
+    try:
+        assert name not in listed(conf_file, "status")
+        assert command.report(conf_file, "sweep")["stale_marks"] == 1
+        assert image_id in marked(clean_pool), "sweep without --remove dropped it"
+        swept = command.report(conf_file, "sweep", "--remove")
+        assert swept["stale_marks"] == 1 and swept["left"] == 0
+        assert image_id not in marked(clean_pool)
+        assert clean_pool.read(name) == data_of(MiB)
+        assert clean_pool.info(name)["snaps"] == {SNAP: False}
+        connection = {"conffile": str(cluster.conf_path), "user": "admin"}
+        assert _delete_image(cluster.pool, name, SNAP, connect=connection) == (image_id, True)
+        gone = wait_for(
+            lambda: image_id not in trash.ids(clean_pool.ioctx) | marked(clean_pool), timeout=60
+        )
+        assert gone, "the delete's purge did not end"
+    finally:
+        trash.discard(clean_pool.ioctx, image_id)
+        clean_pool.remove(name)
 
 
 def test_a_delete_killed_mid_purge_is_finished_by_the_sweep(cluster, clean_pool, conf_file):

@@ -234,6 +234,44 @@ def test_a_leftover_closed_while_the_osd_stays_down_is_removed_once_it_is_back(
     )
 
 
+def test_ctrl_c_interrupts_a_start_a_delete_and_an_open_that_wait_on_an_osd_away(
+    cluster, clean_pool, osd_stopped, ctrl_c
+):
+    """Where glance sets no rados_connect_timeout (its default), an upload's start, a delete or a
+    download's open whose OSD does not answer waits as long as librados does, as stock's do;
+    but, as an upload's writes, they end at an interrupt (a worker's shutdown), with the
+    signal's exception. Once the OSD is back, what they were at goes on in the background: the
+    upload's image, made after all, is removed; the delete is done."""
+    glance_rbd_native.patch()
+    read = clean_pool.store(new_name("open-osd-away"), data_of(MiB))
+    deleted = clean_pool.store(new_name("delete-osd-away"), data_of(MiB))
+    added = new_name("start-osd-away")
+    store = make_store(cluster)
+    store.get(locate(store, cluster, read))  # connected before the OSD goes
+    osd_stopped()
+    for call in (
+        lambda: store.add(added, io.BytesIO(data_of(MiB)), MiB, "sha512"),
+        lambda: store.get(locate(store, cluster, read)),
+        lambda: store.delete(locate(store, cluster, deleted)),
+    ):
+        interrupt_main_thread_after(1.0)
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            call()
+        assert time.monotonic() - started < 1.0 + 1.0
+    cluster.start_osd()
+    chunks, size = store.get(locate(store, cluster, read))
+    assert size == MiB and b"".join(chunks) == data_of(MiB)
+
+    def done():
+        return {deleted, added}.isdisjoint(
+            [*clean_pool.names(), *leftovers.marks(clean_pool.ioctx)]
+        )
+
+    assert wait_for(done, timeout=60), "the delete not done, or the start's image or mark left"
+    store.delete(locate(store, cluster, read))
+
+
 def test_a_delete_while_the_osd_is_down_fails_within_the_timeout_and_changes_nothing(
     cluster, clean_pool, osd_stopped
 ):

@@ -18,7 +18,11 @@ use glance_rbd_core::{
 /// An upload on `cluster`, as the extension starts one.
 fn start_upload(cluster: &Arc<Cluster>, options: UploadOptions) -> Result<Upload, Error> {
     cluster.start_transfer(|cluster| {
-        Upload::start(RbdPool::open(cluster, &options.pool)?, options.clone())
+        Upload::start(
+            RbdPool::open(cluster, &options.pool)?,
+            options.clone(),
+            &mut || Ok(()),
+        )
     })
 }
 
@@ -27,8 +31,11 @@ fn open_download<D: Destination>(
     cluster: &Arc<Cluster>,
     options: &DownloadOptions,
 ) -> Result<Download<D>, Error> {
-    cluster
-        .start_transfer(|cluster| Download::open(RbdPool::open(cluster, &options.pool)?, options))
+    cluster.start_transfer(|cluster| {
+        Download::open(RbdPool::open(cluster, &options.pool)?, options, &mut || {
+            Ok(())
+        })
+    })
 }
 
 fn options(pool: &str, image: &str, size: u64) -> UploadOptions {

@@ -29,18 +29,19 @@ pub trait Pool: Send + Sync + 'static {
     /// `id` (ESTALE if the name is another image's now; ENOENT if there is none).
     fn remove(&self, name: &str, id: &str, snapshot: Option<&str>) -> Result<()>;
 
-    /// Breaks the locks on the header of image `id` that this very client holds, and only
-    /// those: left by a close that could not release them while the cluster was away, they
-    /// would refuse its removal for as long as this client lives (librbd takes a lock's owner
-    /// for alive while any watch of its address is there, the remover's own included). How
-    /// many it broke.
-    fn break_own_locks(&self, _id: &str) -> Result<usize> {
+    /// Breaks the locks on the header of image `id` that client `owner` (its global id, as
+    /// `client` gives it) holds, and only those: left by a close of this process's that could
+    /// not release them while the cluster was away, they would refuse its removal for as long
+    /// as that client lives (librbd takes a lock's owner for alive while any watch of its
+    /// address is there). How many it broke.
+    fn break_locks_of(&self, _id: &str, _owner: u64) -> Result<usize> {
         Ok(0)
     }
 
-    /// Asks the cluster for the header of image `id`, blocking: 0, or the negative errno of the
-    /// answer (a fenced client hears ESHUTDOWN, a removed image has none: ENOENT).
-    fn probe(&self, id: &str) -> i32;
+    /// Asks the cluster for the header of image `id` (None: for the pool's directory of
+    /// images), blocking: 0, or the negative errno of the answer (a fenced client hears
+    /// ESHUTDOWN, a removed image has none: ENOENT).
+    fn probe(&self, id: Option<&str>) -> i32;
 
     /// Sets or removes one key of an object's omap, conditionally (`OmapWrite`).
     fn omap_write(&self, write: &OmapWrite<'_>) -> Result<()>;
@@ -94,6 +95,10 @@ pub trait Pool: Send + Sync + 'static {
     /// Whether trash entry `id` is there: false only on the answer that there is none; no
     /// answer (a timeout, a fenced client) is its negative errno, no proof either way.
     fn in_trash(&self, id: &str) -> std::result::Result<bool, i32>;
+
+    /// How many clients have trash entry `id` (image `name`) open: while any does, its
+    /// removal waits, the manager's too.
+    fn trash_watchers(&self, name: &str, id: &str) -> Result<usize>;
 
     /// Hands the removal of trash entry `id` to the Ceph manager's task queue (`rbd task add
     /// trash remove`), waiting `wait` at most for its answer: if it did not take it, the

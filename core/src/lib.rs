@@ -14,6 +14,8 @@ mod memory;
 pub mod rbd;
 mod schedule;
 pub mod sync;
+#[cfg(test)]
+mod testlog;
 pub mod transfer;
 pub mod wait;
 

@@ -46,6 +46,13 @@ pub(crate) struct Faults {
     pub(crate) manager_takes: Duration,
     /// A connection with operation timeouts (`Pool::bounded`) fails to connect with this.
     pub(crate) bounded_error: Option<i32>,
+    /// Creations, opens, inspections and unprotects go unanswered until `release`, as librbd's
+    /// wait on OSDs that do not answer; with the client fenced meanwhile (`fence`), as a client
+    /// fenced without being told: its probes hear ESHUTDOWN, its calls once answered too.
+    pub(crate) calls_held: bool,
+    /// Closing an image handle waits until `release`, as librbd's close waits on an OSD that
+    /// does not answer the release of its exclusive lock.
+    pub(crate) close_held: bool,
 }
 
 /// What the operations did, for the tests' assertions.
@@ -218,9 +225,11 @@ impl Memory {
         state.fence_client(current);
     }
 
-    /// Answers the writes held so far: their data lands, and they complete.
+    /// Answers the writes and the calls held so far: their data lands, and they complete.
     pub(crate) fn release(&self) {
         let mut state = self.state();
+        state.faults.calls_held = false;
+        state.faults.close_held = false;
         for held in std::mem::take(&mut state.held) {
             let len = held.data.len();
             if let Some(image) = state.images.get_mut(&held.image) {
@@ -332,6 +341,15 @@ impl MemoryPool {
         state.fenced.contains(&self.client)
     }
 
+    /// The state, once a call is answered: not while calls are held (`Faults::calls_held`).
+    fn answered(&self) -> std::sync::MutexGuard<'_, State> {
+        let mut state = self.memory.state();
+        while state.faults.calls_held {
+            state = sync::wait(&self.memory.shared.released, state);
+        }
+        state
+    }
+
     fn error(&self, op: Op, image: &str, errno: i32) -> Error {
         Error::ceph(op, &self.target(image), -i64::from(errno))
     }
@@ -343,7 +361,7 @@ impl Pool for MemoryPool {
     }
 
     fn create(&self, name: &str, size: u64, _order: u8) -> Result<()> {
-        let mut state = self.memory.state();
+        let mut state = self.answered();
         if self.fenced(&state) {
             return Err(self.error(Op::Create, name, libc::ESHUTDOWN));
         }
@@ -366,7 +384,7 @@ impl Pool for MemoryPool {
     }
 
     fn open(&self, name: &str, snapshot: Option<&str>) -> Result<Box<dyn Image>> {
-        let mut state = self.memory.state();
+        let mut state = self.answered();
         if self.fenced(&state) {
             return Err(self.error(Op::Open, name, libc::ESHUTDOWN));
         }
@@ -425,11 +443,11 @@ impl Pool for MemoryPool {
         Ok(())
     }
 
-    fn probe(&self, id: &str) -> i32 {
+    fn probe(&self, id: Option<&str>) -> i32 {
         let state = self.memory.state();
         if self.fenced(&state) {
             -libc::ESHUTDOWN
-        } else if state.images.values().any(|image| image.id == id) {
+        } else if id.is_none_or(|id| state.images.values().any(|image| image.id == id)) {
             0
         } else {
             -libc::ENOENT
@@ -481,7 +499,7 @@ impl Pool for MemoryPool {
     }
 
     fn snap_unprotect(&self, name: &str, snap: &str, _clones_first: bool) -> Result<()> {
-        let mut state = self.memory.state();
+        let mut state = self.answered();
         if self.fenced(&state) {
             return Err(self.error(Op::UnprotectSnapshot, name, libc::ESHUTDOWN));
         }
@@ -521,7 +539,7 @@ impl Pool for MemoryPool {
     }
 
     fn inspect(&self, name: &str) -> Result<io::Inspected> {
-        let state = self.memory.state();
+        let state = self.answered();
         if self.fenced(&state) {
             return Err(self.error(Op::Open, name, libc::ESHUTDOWN));
         }
@@ -595,6 +613,18 @@ impl Pool for MemoryPool {
         }
         state.run_manager_tasks();
         Ok(state.trash.contains_key(id))
+    }
+
+    fn trash_watchers(&self, name: &str, id: &str) -> Result<usize> {
+        let state = self.memory.state();
+        if self.fenced(&state) {
+            return Err(self.error(Op::Open, name, libc::ESHUTDOWN));
+        }
+        let Some((_, image)) = state.trash.get(id) else {
+            return Err(self.error(Op::Open, name, libc::ENOENT));
+        };
+        let fenced = &state.fenced;
+        Ok(image.open.iter().filter(|c| !fenced.contains(c)).count())
     }
 
     fn manager_trash_remove(
@@ -812,7 +842,11 @@ impl Image for MemoryImage {
 
 impl Drop for MemoryImage {
     fn drop(&mut self) {
-        if let Some(image) = self.memory.state().images.get_mut(&self.name) {
+        let mut state = self.memory.state();
+        while state.faults.close_held {
+            state = sync::wait(&self.memory.shared.released, state);
+        }
+        if let Some(image) = state.images.get_mut(&self.name) {
             if let Some(at) = image.open.iter().position(|client| *client == self.client) {
                 image.open.remove(at);
             }

@@ -68,20 +68,26 @@ def data_objects(images, image_id):
 
 @pytest.fixture(scope="module")
 def servers(new_glance_api):
-    """A native glance-api storing thin, under uWSGI and under eventlet."""
+    """A native glance-api storing thin, under uWSGI, gunicorn and eventlet, each started on
+    first use."""
     with contextlib.ExitStack() as stack:
-        uwsgi = new_glance_api("deletes-uwsgi", native=True, thin_provisioning=True)
-        eventlet = new_glance_api(
-            "deletes-eventlet",
-            native=True,
-            thin_provisioning=True,
-            server="eventlet",
-            bin_dir=venvs.eventlet_glance(),
-        )
-        for api in (uwsgi, eventlet):
-            api.start()
-            stack.callback(api.stop)
-        yield {"uwsgi": uwsgi, "eventlet": eventlet}
+        configs = {
+            "uwsgi": dict,
+            "gunicorn": lambda: dict(server="gunicorn"),
+            "eventlet": lambda: dict(server="eventlet", bin_dir=venvs.eventlet_glance()),
+        }
+
+        class Servers(dict):
+            def __missing__(self, server):
+                api = new_glance_api(
+                    f"deletes-{server}", native=True, thin_provisioning=True, **configs[server]()
+                )
+                api.start()
+                stack.callback(api.stop)
+                self[server] = api
+                return api
+
+        yield Servers()
 
 
 @pytest.mark.parametrize("size", sorted(SIZES))
@@ -120,7 +126,7 @@ def test_delete_returns_with_the_image_in_the_trash(servers, server, size, clean
     )
 
 
-@pytest.mark.parametrize("server", ["uwsgi", "eventlet"])
+@pytest.mark.parametrize("server", ["uwsgi", "gunicorn", "eventlet"])
 def test_an_entry_held_open_is_a_warning_in_glances_log(servers, server, clean_pool):
     """A deleted image a client holds open in the trash: glance's log has a WARNING naming it
     within a minute of the DELETE, though the worker serves no request after it; let go, its

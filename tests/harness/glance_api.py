@@ -58,8 +58,9 @@ class GlanceApi:
     preconnect: (not lazy) the master also opens a native connection to the cluster before the
         fork, which the workers must leave alone.
     import_port: allow web-download from this loopback port.
-    server: "uwsgi", or "eventlet" for glance's own `glance-api` server (glance <= 32), which
-        loads the app, forks `processes` workers and runs each on eventlet's hub.
+    server: "uwsgi"; "gunicorn" (`processes` gthread workers of `threads` threads, each
+        loading the app); or "eventlet" for glance's own `glance-api` server (glance <= 32),
+        which loads the app, forks `processes` workers and runs each on eventlet's hub.
     bin_dir: the bin directory of the virtualenv whose glance serves (default: this one's).
     uwsgi_options: more `key = value` lines for the uWSGI ini.
     pid_namespace: run the server in a pid namespace of its own, as kolla's container does
@@ -97,7 +98,7 @@ class GlanceApi:
         thin_provisioning=False,
         environment: dict[str, str] | None = None,
     ):
-        if server not in ("uwsgi", "eventlet"):
+        if server not in ("uwsgi", "gunicorn", "eventlet"):
             raise ValueError(f"unknown server {server!r}")
         self.root = pathlib.Path(root).resolve()
         self.ceph_conf = ceph_conf
@@ -151,6 +152,17 @@ class GlanceApi:
         env.update(self.environment)
         if self.server == "uwsgi":
             cmd = [self.bin_dir / "uwsgi", "--ini", self._write_uwsgi_ini()]
+        elif self.server == "gunicorn":
+            env["OS_GLANCE_CONFIG_DIR"] = str(self.root / "etc")
+            env["PYTHONPATH"] = str(CHECKOUT)
+            if self.native:
+                env["GLANCE_RBD_NATIVE"] = "1"
+            cmd = [
+                self.bin_dir / "gunicorn",
+                *("--bind", f"127.0.0.1:{self.port}", "--worker-class", "gthread"),
+                *("--workers", str(self.processes), "--threads", str(self.threads)),
+                *("--timeout", "600", "glance.wsgi.api:application"),
+            ]
         else:
             # As a systemd unit or kolla's container environment would set them.
             env["PYTHONPATH"] = str(CHECKOUT)

@@ -22,7 +22,9 @@ use crate::io::{OmapChange, OmapWrite, Pool};
 use crate::json::json_string;
 use crate::rbd::cluster::Cluster;
 use crate::rbd::pool::RbdPool;
+use crate::transfer::fence::{self, Fence};
 use crate::transfer::mark::{given_up, identity, unix_now};
+use crate::wait::Poll;
 
 /// The index object of deletions in progress, one per pool. Its format is read by
 /// python/glance_rbd_native/leftovers.
@@ -56,14 +58,33 @@ pub enum Deleted {
 /// (which refuses one with clones, as stock's delete does) and moves to the trash with the
 /// image; the purge removes it first. Where the delete stops short (a client has the image
 /// open, other snapshots are left), the snapshot is removed before it returns, as stock's is.
+///
+/// The steps are guarded as an upload's librbd calls are (`fence::guarded`): a fenced client's
+/// delete fails (and the caller connects again), and `poll` ends it.
 pub fn delete(
     cluster: &Arc<Cluster>,
     pool: &str,
     name: &str,
     snapshot: Option<&str>,
     rules: Rules,
+    poll: Poll,
 ) -> Result<Deleted> {
-    delete_in(RbdPool::open(cluster, pool)?, name, snapshot, rules)
+    guarded(RbdPool::open(cluster, pool)?, name, snapshot, rules, poll)
+}
+
+/// `delete_in` on a thread of its own, watched for the client's fencing.
+fn guarded(
+    pool: Arc<dyn Pool>,
+    name: &str,
+    snapshot: Option<&str>,
+    rules: Rules,
+    poll: Poll,
+) -> Result<Deleted> {
+    let mut watch = Fence::client(Arc::clone(&pool), pool.target(name));
+    let (name, snapshot) = (name.to_owned(), snapshot.map(str::to_owned));
+    fence::guarded(&mut watch, Some(poll), move || {
+        delete_in(pool, &name, snapshot.as_deref(), rules)
+    })?
 }
 
 /// `delete`, in `pool`.

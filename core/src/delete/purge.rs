@@ -41,7 +41,7 @@ const MANAGER_WARN_AFTER: Duration = Duration::from_millis(if cfg!(test) { 1000 
 /// The operation timeout, in seconds, of the connection the tries run on where glance sets none:
 /// a try the cluster does not answer fails after it, and the job is tried again later, so that
 /// the threads are never all waiting on OSDs that are away while other jobs could go on.
-const TRY_TIMEOUT: u32 = 30;
+pub(crate) const TRY_TIMEOUT: u32 = 30;
 /// How long a job is tried from its delete, and how many times, before it is given up.
 const GIVE_UP_AFTER: Duration = Duration::from_millis(if cfg!(test) { 3000 } else { 900_000 });
 const MAX_TRIES: u32 = 500;
@@ -189,7 +189,18 @@ fn try_step(mut pending: Pending) -> Option<Pending> {
                 };
         }
         Tried::Later => {
-            if !pending.warned && job.deleted.elapsed() >= MANAGER_WARN_AFTER {
+            if !pending.warned && job.deleted.elapsed() >= WARN_AFTER && held_open(job) {
+                pending.warned = true;
+                log::warn!(
+                    "the data of deleted {target} (trash id {}) is not removed yet, {:.0} s \
+                     after its delete: a client has it open (`rados -p {} listwatchers \
+                     rbd_header.{}` names it); the Ceph manager removes it once let go",
+                    job.id,
+                    job.deleted.elapsed().as_secs_f64(),
+                    target.pool,
+                    job.id
+                );
+            } else if !pending.warned && job.deleted.elapsed() >= MANAGER_WARN_AFTER {
                 pending.warned = true;
                 log::warn!(
                     "the Ceph manager has not removed the data of deleted {target} (trash id {}) \
@@ -341,6 +352,17 @@ fn removed_by_manager(job: &Job) -> Tried {
             &job.pool.target(&job.name),
             i64::from(errno),
         )),
+    }
+}
+
+/// Whether a client has the job's trash entry open: the manager's removal then waits for it.
+fn held_open(job: &Job) -> bool {
+    match job.pool.trash_watchers(&job.name, &job.id) {
+        Ok(watchers) => watchers > 0,
+        Err(err) => {
+            log::debug!("{err}");
+            false
+        }
     }
 }
 

@@ -6,10 +6,11 @@
 use std::time::{Duration, Instant};
 
 use super::purge::{self, Job};
-use super::{Deleted, INDEX, Rules, delete_in};
-use crate::error::Op;
+use super::{Deleted, INDEX, Rules, delete_in, guarded};
+use crate::error::{Error, Op};
 use crate::io::{OmapChange, OmapWrite};
 use crate::memory::{Memory, wait_for};
+use crate::testlog;
 
 const POOL: &str = "images";
 
@@ -127,9 +128,10 @@ fn a_manager_that_refuses_or_does_not_answer_is_not_asked_again_and_the_process_
 }
 
 #[test]
-fn a_fenced_purge_connects_again() {
+fn a_fenced_purge_connects_again_and_says_so() {
+    testlog::keep();
     let memory = without_manager();
-    let job = deleted(&memory, "fenced", None);
+    let job = deleted(&memory, "fenced-purge", None);
     let id = job.id.clone();
     memory.hold(&id, true);
     purge::queue(job);
@@ -142,12 +144,15 @@ fn a_fenced_purge_connects_again() {
         Duration::from_secs(2),
         || purged(&memory, &id),
     );
+    let said = testlog::warnings(&["'fenced-purge'", "was fenced", "connecting again"]);
+    assert_eq!(said.len(), 1, "{said:?}");
 }
 
 #[test]
-fn a_purge_given_up_stops_and_says_so_in_its_mark() {
+fn a_purge_given_up_stops_and_says_so_in_its_mark_and_the_log() {
+    testlog::keep();
     let memory = without_manager();
-    let job = deleted(&memory, "given-up", None);
+    let job = deleted(&memory, "given-up-purge", None);
     let (id, marked) = (job.id.clone(), job.mark.clone().unwrap());
     memory.hold(&id, true);
     purge::queue(job);
@@ -165,6 +170,39 @@ fn a_purge_given_up_stops_and_says_so_in_its_mark() {
     memory.hold(&id, false);
     std::thread::sleep(Duration::from_millis(300));
     assert!(memory.trash().contains(&id));
+    // Held: said within WARN_AFTER (300 ms here), once; then the give-up.
+    let held = testlog::warnings(&["'given-up-purge'", "a client has it open"]);
+    assert_eq!(held.len(), 1, "{held:?}");
+    let gave_up = testlog::warnings(&["'given-up-purge'", "gave up", "sweep --remove"]);
+    assert_eq!(gave_up.len(), 1, "{gave_up:?}");
+}
+
+#[test]
+fn an_entry_the_manager_took_that_a_client_holds_open_is_a_warning_then_goes_once_let_go() {
+    testlog::keep();
+    let memory = Memory::new();
+    let job = deleted(&memory, "held-for-manager", None);
+    let id = job.id.clone();
+    memory.hold(&id, true);
+    purge::queue(job);
+    // WARN_AFTER is 300 ms in `cargo test`, MANAGER_WARN_AFTER 1 s.
+    wait_for("the WARNING", Duration::from_millis(900), || {
+        !testlog::warnings(&["'held-for-manager'", "a client has it open"]).is_empty()
+    });
+    let said = testlog::warnings(&["'held-for-manager'"]);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains(&format!("listwatchers rbd_header.{id}")),
+        "{said:?}"
+    );
+    assert!(!purged(&memory, &id));
+    memory.hold(&id, false);
+    wait_for(
+        "the manager's removal once let go",
+        Duration::from_secs(2),
+        || purged(&memory, &id),
+    );
+    assert_eq!(memory.counts().trash_removals, 0);
 }
 
 /// glance_store's rules from 4.3.2 on; before, `refuse_clones_first` and no trash with
@@ -282,5 +320,53 @@ fn the_purge_tries_on_a_connection_with_timeouts_and_waits_for_one() {
     memory.faults(|f| f.bounded_error = None);
     wait_for("the purge, once connected", Duration::from_secs(2), || {
         purged(&memory, &id)
+    });
+}
+
+#[test]
+fn a_delete_a_silently_fenced_client_would_wait_on_for_good_fails_within_seconds() {
+    let memory = without_manager();
+    stored(&memory, "image");
+    let pool = memory.pool(POOL);
+    memory.faults(|f| f.calls_held = true);
+    memory.fence();
+    let started = Instant::now();
+    let err = guarded(pool, "image", Some("snap"), RULES, &mut || Ok(())).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Fenced {
+                errno: libc::ESHUTDOWN,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // The probe's first look comes after 300 ms (`fence::PROBE_AFTER` under test).
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // The call left to its thread hears ESHUTDOWN once answered: the image is as it was.
+    memory.release();
+    let (_, snapshots) = memory.image("image").expect("the image");
+    assert_eq!(snapshots, ["snap"]);
+    assert!(memory.trash().is_empty());
+}
+
+#[test]
+fn a_delete_waiting_on_the_cluster_ends_when_its_poll_says_so_and_goes_on_once_answered() {
+    let memory = without_manager();
+    stored(&memory, "image");
+    memory.faults(|f| f.calls_held = true);
+    let err = guarded(memory.pool(POOL), "image", Some("snap"), RULES, &mut || {
+        Err(Error::Interrupted)
+    })
+    .unwrap_err();
+    assert!(matches!(err, Error::Interrupted), "{err}");
+    memory.release();
+    wait_for("the delete and its purge", Duration::from_secs(2), || {
+        memory.image("image").is_none() && memory.trash().is_empty()
     });
 }

@@ -269,7 +269,7 @@ impl Cluster {
     /// new one; a refusal drops the connection from the cache.
     pub fn start_transfer<T>(
         self: &Arc<Self>,
-        first: impl Fn(&Arc<Cluster>) -> Result<T>,
+        mut first: impl FnMut(&Arc<Cluster>) -> Result<T>,
     ) -> Result<T> {
         match first(self) {
             Err(err) if err.errno() == Some(libc::ESHUTDOWN) => {

@@ -67,12 +67,12 @@ pub(crate) fn remove(ioctx: &IoCtx, name: &str, id: &str) -> Result<()> {
 }
 
 /// Breaks the locks librbd's exclusive lock (`rbd_lock`) holds on the header of image `id` for
-/// this very client (`client.<its instance id>`), never another's; how many.
-pub(crate) fn break_own_locks(ioctx: &IoCtx, id: &str) -> Result<usize> {
+/// client `owner` (`client.<its instance id>`), never another's; how many.
+pub(crate) fn break_locks_of(ioctx: &IoCtx, id: &str, owner: u64) -> Result<usize> {
     let target = ioctx.target(id);
     let object = cstring(&format!("rbd_header.{id}"))?;
     let lock = cstring("rbd_lock")?;
-    let own = format!("client.{}", ioctx.cluster().instance_id());
+    let own = format!("client.{owner}");
     let mut lens = [256usize; 4];
     let (clients, cookies) = loop {
         let mut bufs = lens.map(|len| vec![0u8; len]);
@@ -324,6 +324,12 @@ impl Image {
     pub(crate) fn inspect(ioctx: Arc<IoCtx>, name: &str) -> Result<Image> {
         let target = ioctx.target(name);
         Self::opened_by(ffi::rbd_open_read_only, ioctx, name, None, target)
+    }
+
+    /// `inspect`, of the image of id `id` (`name`, for errors): an image in the trash too.
+    pub(crate) fn inspect_by_id(ioctx: Arc<IoCtx>, id: &str, name: &str) -> Result<Image> {
+        let target = ioctx.target(name);
+        Self::opened_by(ffi::rbd_open_by_id_read_only, ioctx, id, None, target)
     }
 
     /// Opens image `key` (its name or id, as `open` takes it) at `snapshot` (or its head) with

@@ -77,12 +77,16 @@ impl io::Pool for RbdPool {
         image::remove_with_snapshot(&self.ioctx, name, id, snapshot)
     }
 
-    fn break_own_locks(&self, id: &str) -> Result<usize> {
-        image::break_own_locks(&self.ioctx, id)
+    fn break_locks_of(&self, id: &str, owner: u64) -> Result<usize> {
+        image::break_locks_of(&self.ioctx, id, owner)
     }
 
-    fn probe(&self, id: &str) -> i32 {
-        let Ok(header) = CString::new(format!("rbd_header.{id}")) else {
+    fn probe(&self, id: Option<&str>) -> i32 {
+        let object = id.map_or_else(
+            || "rbd_directory".to_owned(),
+            |id| format!("rbd_header.{id}"),
+        );
+        let Ok(header) = CString::new(object) else {
             return 0;
         };
         let (mut size, mut mtime) = (0u64, 0 as libc::time_t);
@@ -173,6 +177,10 @@ impl io::Pool for RbdPool {
         image::trash_get(&self.ioctx, &id)
             .map(|entry| entry.is_some())
             .map_err(|errno| -errno)
+    }
+
+    fn trash_watchers(&self, name: &str, id: &str) -> Result<usize> {
+        Image::inspect_by_id(Arc::clone(&self.ioctx), id, name)?.watcher_count()
     }
 
     fn manager_trash_remove(

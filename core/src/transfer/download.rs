@@ -85,14 +85,24 @@ pub struct Download<D: Destination> {
 
 impl<D: Destination> Download<D> {
     /// Opens the image in `pool` (`options.pool`), at the snapshot if one is named; nothing is
-    /// read yet.
-    pub fn open(pool: Arc<dyn Pool>, options: &DownloadOptions) -> Result<Self> {
+    /// read yet. The open is guarded as the reads are (`fence::guarded`): a fenced client's
+    /// fails, and `poll` ends it.
+    pub fn open(pool: Arc<dyn Pool>, options: &DownloadOptions, poll: Poll) -> Result<Self> {
         if options.chunk_size == 0 {
             return Err(Error::Usage("chunk_size must be at least 1 byte".into()));
         }
-        let image = pool.open(&options.image, options.snapshot.as_deref())?;
-        let size = image.size()?;
-        let fence = Fence::new(Arc::clone(&pool), &image.id()?, image.target().clone());
+        let mut watch = Fence::client(Arc::clone(&pool), pool.target(&options.image));
+        let (opener, name, snapshot) = (
+            Arc::clone(&pool),
+            options.image.clone(),
+            options.snapshot.clone(),
+        );
+        let (image, size, id) = fence::guarded(&mut watch, Some(poll), move || {
+            let image = opener.open(&name, snapshot.as_deref())?;
+            let (size, id) = (image.size()?, image.id()?);
+            Ok::<_, Error>((image, size, id))
+        })??;
+        let fence = Fence::new(Arc::clone(&pool), &id, image.target().clone());
         Ok(Download {
             pool,
             image: Some(image),

@@ -10,7 +10,7 @@
 //! one probe runs at a time, so a cluster that does not answer holds one thread per stalled
 //! transfer, not more.
 
-use std::sync::mpsc::{Receiver, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use super::background;
 use crate::error::{Error, Result, Target};
 use crate::io::Pool;
 use crate::sync;
+use crate::wait::{POLL_INTERVAL, Poll};
 
 /// How long a wait goes without a completion before the first probe, and between probes.
 /// (The in-memory cluster of `cargo test` answers at once: its tests need not wait as long.)
@@ -25,7 +26,9 @@ const PROBE_AFTER: Duration = Duration::from_millis(if cfg!(test) { 300 } else {
 
 pub(crate) struct Fence {
     pool: Arc<dyn Pool>,
-    image_id: String,
+    /// The image whose header is probed; None before an image is open (its open, a delete's
+    /// steps): the pool's directory is, and only the client's fencing is proved.
+    image_id: Option<String>,
     target: Target,
     /// When the current wait began, if it has not seen progress since.
     stalled_since: Option<Instant>,
@@ -37,9 +40,18 @@ pub(crate) struct Fence {
 impl Fence {
     /// A watch on the transfer of image `target` (of id `image_id`) through `pool`.
     pub(crate) fn new(pool: Arc<dyn Pool>, image_id: &str, target: Target) -> Fence {
+        Fence::watching(pool, Some(image_id.to_owned()), target)
+    }
+
+    /// A watch on calls about image `target` made before it is open (`guarded`).
+    pub(crate) fn client(pool: Arc<dyn Pool>, target: Target) -> Fence {
+        Fence::watching(pool, None, target)
+    }
+
+    fn watching(pool: Arc<dyn Pool>, image_id: Option<String>, target: Target) -> Fence {
         Fence {
             pool,
-            image_id: image_id.to_owned(),
+            image_id,
             target,
             stalled_since: None,
             probe: None,
@@ -76,7 +88,7 @@ impl Fence {
         let (send, answer) = channel();
         let (pool, id) = (Arc::clone(&self.pool), self.image_id.clone());
         let spawned = background::spawn("rbd-fence-probe".into(), move || {
-            let _ = send.send(pool.probe(&id));
+            let _ = send.send(pool.probe(id.as_deref()));
         });
         if spawned.is_ok() {
             self.probe = Some(answer);
@@ -86,6 +98,8 @@ impl Fence {
 
     fn verdict(&self, ret: i32) -> Result<()> {
         match -ret {
+            // Without an image, a pool with no directory yet proves nothing.
+            libc::ENOENT if self.image_id.is_none() => Ok(()),
             errno @ (libc::ESHUTDOWN | libc::ENOENT) => {
                 log::debug!("probe of {}: errno {errno}", self.target);
                 Err(Error::Fenced {
@@ -94,6 +108,41 @@ impl Fence {
                 })
             }
             _ => Ok(()),
+        }
+    }
+}
+
+/// Runs `call`, librbd work that a fenced client may wait on for good (an image's open, a
+/// delete's steps), on a thread of its own, and waits for it, as for a write: once `fence`'s
+/// probe proves the client fenced, or `poll` ends the wait (an interrupt), the wait ends with
+/// that error, and the call is left to its thread, which drops what it comes to. Its records
+/// are the background's (python's logging is never called from there).
+pub(crate) fn guarded<T: Send + 'static>(
+    fence: &mut Fence,
+    mut poll: Option<Poll<'_>>,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T> {
+    let (send, answer) = channel();
+    background::spawn("rbd-sync-call".into(), move || {
+        let _ = send.send(call());
+    })
+    .map_err(|err| Error::Internal(format!("cannot start a thread: {err}")))?;
+    fence.moved();
+    loop {
+        match answer.recv_timeout(POLL_INTERVAL) {
+            Ok(done) => {
+                fence.moved();
+                return Ok(done);
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if let Some(poll) = poll.as_mut() {
+                    poll()?;
+                }
+                fence.check()?;
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(Error::Internal("a librbd call's thread ended".into()));
+            }
         }
     }
 }

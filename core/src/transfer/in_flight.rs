@@ -3,15 +3,13 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::mpsc::RecvTimeoutError;
 
-use super::background;
 use super::fence::{self, Fence};
 use super::progress::Progress;
 use crate::error::{Error, Op, Result, check};
 use crate::io::{self, Image};
 use crate::sync;
-use crate::wait::{POLL_INTERVAL, Poll};
+use crate::wait::Poll;
 
 /// Bytes that stay readable until librbd is done with them.
 pub type Buffer = Arc<dyn AsRef<[u8]> + Send + Sync>;
@@ -137,43 +135,21 @@ impl InFlight {
         image: Box<dyn Image>,
         call: impl FnOnce(&dyn Image) -> Result<T> + Send + 'static,
     ) -> (Option<Box<dyn Image>>, Result<T>) {
-        let (send, answer) = std::sync::mpsc::channel();
         let held = Arc::new(std::sync::Mutex::new(Some(image)));
         let inner = Arc::clone(&held);
-        let spawned = background::spawn("rbd-sync-call".into(), move || {
-            let image = sync::lock(&inner).take();
-            if let Some(image) = image {
-                let result = call(&*image);
-                let _ = send.send((image, result));
-            }
+        let done = fence::guarded(&mut self.fence, None, move || {
+            let image = sync::lock(&inner).take()?;
+            let result = call(&*image);
+            Some((image, result))
         });
-        if let Err(err) = spawned {
-            // The closure went without running: the image is still here.
-            let image = sync::lock(&held).take();
-            return (
-                image,
-                Err(Error::Internal(format!("cannot start a thread: {err}"))),
-            );
-        }
-        self.fence.moved();
-        loop {
-            match answer.recv_timeout(POLL_INTERVAL) {
-                Ok((image, result)) => {
-                    self.fence.moved();
-                    return (Some(image), result);
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    if let Err(err) = self.fence.check() {
-                        return (None, Err(err));
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    return (
-                        None,
-                        Err(Error::Internal("a librbd call's thread ended".into())),
-                    );
-                }
-            }
+        match done {
+            Ok(Some((image, result))) => (Some(image), result),
+            // The image stays here where the call never took it (no thread could start).
+            Err(err) => (sync::lock(&held).take(), Err(err)),
+            Ok(None) => (
+                None,
+                Err(Error::Internal("a librbd call found no image".into())),
+            ),
         }
     }
 

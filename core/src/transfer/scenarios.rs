@@ -12,6 +12,7 @@ use super::shares::{DEFAULT_BOUND, PROCESS};
 use super::upload::{Upload, UploadOptions};
 use crate::error::{Error, Result};
 use crate::memory::{Memory, wait_for};
+use crate::testlog;
 
 const MIB: usize = 1 << 20;
 const POOL: &str = "images";
@@ -48,7 +49,7 @@ fn go() -> impl FnMut() -> Result<()> {
 
 /// Writes `chunks` chunks of `len` bytes, then finishes: the first error, if any.
 fn upload(memory: &Memory, name: &str, size: u64, chunks: u8, len: usize) -> Result<Upload> {
-    let mut upload = Upload::start(memory.pool(POOL), options(name, size))?;
+    let mut upload = Upload::start(memory.pool(POOL), options(name, size), &mut go())?;
     for seed in 0..chunks {
         upload.write(chunk(len, seed), &mut go())?;
     }
@@ -93,7 +94,7 @@ fn an_upload_of_unknown_size_grows_trims_and_snapshots() {
 #[test]
 fn the_mark_names_the_writer_while_it_writes() {
     let memory = Memory::new();
-    let mut upload = Upload::start(memory.pool(POOL), options("marked", 0)).unwrap();
+    let mut upload = Upload::start(memory.pool(POOL), options("marked", 0), &mut go()).unwrap();
     let mark = memory
         .omap(INDEX)
         .remove("marked")
@@ -117,7 +118,7 @@ fn writes_in_flight_stay_within_the_bound() {
     memory.faults(|f| f.delay = Some(Duration::from_millis(50)));
     // Made first: in a debug build, making a chunk takes longer than a write.
     let chunks: Vec<Buffer> = (0..12).map(|seed| chunk(MIB, seed)).collect();
-    let mut upload = Upload::start(memory.pool(POOL), options("bounded", 0)).unwrap();
+    let mut upload = Upload::start(memory.pool(POOL), options("bounded", 0), &mut go()).unwrap();
     for chunk in chunks {
         upload.write(chunk, &mut go()).unwrap();
     }
@@ -202,7 +203,8 @@ fn the_janitor_leaves_a_name_another_image_took() {
 }
 
 #[test]
-fn the_janitor_replaces_a_fenced_connection() {
+fn the_janitor_replaces_a_fenced_connection_and_says_so() {
+    testlog::keep();
     let memory = Memory::new();
     memory.faults(|f| {
         f.write_error = Some((1, libc::ETIMEDOUT));
@@ -210,6 +212,12 @@ fn the_janitor_replaces_a_fenced_connection() {
         f.remove_errors = vec![libc::ETIMEDOUT; 1000];
     });
     assert!(upload(&memory, "fenced-leftover", 0, 1, MIB).is_err());
+    // Fenced once the janitor tries on its own connection: the one fenced.
+    wait_for("a removal tried", Duration::from_secs(5), || {
+        let mut left = 0;
+        memory.faults(|f| left = f.remove_errors.len());
+        left < 1000
+    });
     memory.fence();
     memory.faults(|f| f.remove_errors.clear());
     // Through the fenced client, its removal and the mark's would fail for good.
@@ -219,10 +227,13 @@ fn the_janitor_replaces_a_fenced_connection() {
     wait_for("the mark cleared", Duration::from_secs(1), || {
         memory.omap(INDEX).is_empty()
     });
+    let said = testlog::warnings(&["'fenced-leftover'", "was fenced", "connecting again"]);
+    assert_eq!(said.len(), 1, "{said:?}");
 }
 
 #[test]
-fn the_janitor_gives_up_and_its_mark_says_so() {
+fn the_janitor_gives_up_and_its_mark_and_the_log_say_so() {
+    testlog::keep();
     let memory = Memory::new();
     memory.faults(|f| {
         f.write_error = Some((1, libc::ETIMEDOUT));
@@ -250,13 +261,17 @@ fn the_janitor_gives_up_and_its_mark_says_so() {
     let before = left();
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(left(), before);
+    let failing = testlog::warnings(&["'given-up'", "is not removed yet"]);
+    assert_eq!(failing.len(), 1, "{failing:?}");
+    let gave_up = testlog::warnings(&["'given-up'", "gave up", "sweep --remove"]);
+    assert_eq!(gave_up.len(), 1, "{gave_up:?}");
 }
 
 #[test]
 fn a_fenced_upload_fails_within_seconds_and_its_image_goes() {
     let memory = Memory::new();
     memory.faults(|f| f.held_from = Some(2));
-    let mut upload = Upload::start(memory.pool(POOL), options("fenced", 0)).unwrap();
+    let mut upload = Upload::start(memory.pool(POOL), options("fenced", 0), &mut go()).unwrap();
     upload.write(chunk(MIB, 1), &mut go()).unwrap();
     upload.write(chunk(MIB, 2), &mut go()).unwrap(); // held: never answered
     memory.fence();
@@ -292,7 +307,7 @@ fn upload_again(memory: &Memory) {
 #[test]
 fn a_fenced_upload_fails_fast_in_its_synchronous_calls_too() {
     let memory = Memory::new();
-    let mut upload = Upload::start(memory.pool(POOL), options("sync", 0)).unwrap();
+    let mut upload = Upload::start(memory.pool(POOL), options("sync", 0), &mut go()).unwrap();
     upload.write(chunk(MIB, 1), &mut go()).unwrap();
     memory.fence();
     // The finish's flush, trim and snapshot block for a fenced client: the probe ends the wait.
@@ -312,7 +327,7 @@ fn a_fenced_upload_fails_fast_in_its_synchronous_calls_too() {
 fn an_image_removed_behind_the_upload_ends_it() {
     let memory = Memory::new();
     memory.faults(|f| f.held_from = Some(2));
-    let mut upload = Upload::start(memory.pool(POOL), options("swept", 0)).unwrap();
+    let mut upload = Upload::start(memory.pool(POOL), options("swept", 0), &mut go()).unwrap();
     upload.write(chunk(MIB, 1), &mut go()).unwrap();
     upload.write(chunk(MIB, 2), &mut go()).unwrap();
     memory.remove_behind("swept");
@@ -334,7 +349,8 @@ fn an_image_removed_behind_the_upload_ends_it() {
 fn an_interrupted_wait_leaves_the_upload_to_be_aborted() {
     let memory = Memory::new();
     memory.faults(|f| f.held_from = Some(1));
-    let mut upload = Upload::start(memory.pool(POOL), options("interrupted", 0)).unwrap();
+    let mut upload =
+        Upload::start(memory.pool(POOL), options("interrupted", 0), &mut go()).unwrap();
     upload.write(chunk(4 * MIB, 1), &mut go()).unwrap();
     // The bound is full of an unanswered write: the next one waits, and a signal comes.
     let err = upload
@@ -356,7 +372,7 @@ fn an_interrupted_wait_leaves_the_upload_to_be_aborted() {
 #[test]
 fn an_unfinished_upload_dropped_is_removed() {
     let memory = Memory::new();
-    let mut upload = Upload::start(memory.pool(POOL), options("dropped", 0)).unwrap();
+    let mut upload = Upload::start(memory.pool(POOL), options("dropped", 0), &mut go()).unwrap();
     upload.write(chunk(MIB, 1), &mut go()).unwrap();
     drop(upload);
     assert_gone(&memory, "dropped");
@@ -384,7 +400,11 @@ fn download_options(name: &str, snapshot: Option<&str>) -> DownloadOptions {
 }
 
 fn download(memory: &Memory, name: &str, snapshot: Option<&str>) -> Result<Download<Vec<u8>>> {
-    Download::open(memory.pool(POOL), &download_options(name, snapshot))
+    Download::open(
+        memory.pool(POOL),
+        &download_options(name, snapshot),
+        &mut || Ok(()),
+    )
 }
 
 fn next(download: &mut Download<Vec<u8>>) -> Result<Option<Vec<u8>>> {
@@ -417,7 +437,8 @@ fn a_read_in_flight_counts_twice_in_the_bound() {
         max_in_flight: Some(4 * MIB),
         ..download_options("twice", Some("snap"))
     };
-    let mut reader = Download::<Vec<u8>>::open(memory.pool(POOL), &options).unwrap();
+    let mut reader =
+        Download::<Vec<u8>>::open(memory.pool(POOL), &options, &mut || Ok(())).unwrap();
     assert_eq!(reader.wanted(), vec![MIB; 2]);
 }
 
@@ -487,6 +508,7 @@ fn transfers_at_once_share_the_process_bound() {
                         max_in_flight: None,
                         ..options(&format!("shared-{n}"), 0)
                     },
+                    &mut go(),
                 )?;
                 let chunks: Vec<Buffer> = (0..8).map(|seed| chunk(MIB, seed)).collect();
                 for chunk in chunks {
@@ -516,4 +538,143 @@ fn a_write_answered_with_eblocklisted_is_fenced() {
     assert_eq!(err.errno(), Some(libc::ESHUTDOWN), "{err}");
     assert_gone(&memory, "blocklisted");
     upload_again(&memory);
+}
+
+#[test]
+fn a_download_a_silently_fenced_client_cannot_open_fails_within_seconds_or_when_polled() {
+    let memory = Memory::new();
+    upload(&memory, "image", 0, 1, MIB).unwrap();
+    let pool = memory.pool(POOL);
+    memory.faults(|f| f.calls_held = true);
+    memory.fence();
+    let options = download_options("image", Some("snap"));
+    let started = Instant::now();
+    let err = Download::<Vec<u8>>::open(Arc::clone(&pool), &options, &mut || Ok(()))
+        .err()
+        .expect("no open");
+    assert!(
+        matches!(
+            err,
+            Error::Fenced {
+                errno: libc::ESHUTDOWN,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let err = Download::<Vec<u8>>::open(pool, &options, &mut || Err(Error::Interrupted))
+        .err()
+        .expect("no open");
+    assert!(matches!(err, Error::Interrupted), "{err}");
+    memory.release();
+}
+
+#[test]
+fn an_upload_a_silently_fenced_client_cannot_start_fails_within_seconds_and_leaves_nothing() {
+    let memory = Memory::new();
+    let pool = memory.pool(POOL);
+    memory.faults(|f| f.calls_held = true);
+    memory.fence();
+    let started = Instant::now();
+    let err = Upload::start(pool, options("fenced-start", 0), &mut go())
+        .err()
+        .expect("no start");
+    assert!(
+        matches!(
+            err,
+            Error::Fenced {
+                errno: libc::ESHUTDOWN,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    memory.release();
+    assert!(memory.images().is_empty());
+}
+
+#[test]
+fn an_upload_start_its_caller_stopped_waiting_for_removes_what_it_made_once_answered() {
+    let memory = Memory::new();
+    memory.faults(|f| f.calls_held = true);
+    let err = Upload::start(memory.pool(POOL), options("left", 0), &mut || {
+        Err(Error::Interrupted)
+    })
+    .err()
+    .expect("no start");
+    assert!(matches!(err, Error::Interrupted), "{err}");
+    memory.release();
+    // Answered after its caller left, the start made the image and marked it: the upload,
+    // dropped on its thread, removes both.
+    wait_for("the image's removal", Duration::from_secs(2), || {
+        memory.images().is_empty() && memory.omap(INDEX).is_empty()
+    });
+}
+
+/// A memory cluster with an upload that timed out, its image left to the janitor still open.
+fn timed_out_upload(name: &str, change: impl FnOnce(&mut crate::memory::Faults)) -> Memory {
+    let memory = Memory::new();
+    memory.faults(|f| {
+        f.write_error = Some((1, libc::ETIMEDOUT));
+        f.remove_errors = vec![libc::ETIMEDOUT];
+        change(f);
+    });
+    assert_eq!(
+        errno(upload(&memory, name, 0, 2, MIB)),
+        Some(libc::ETIMEDOUT)
+    );
+    memory
+}
+
+#[test]
+fn closes_the_cluster_leaves_unanswered_hold_none_of_the_janitors_threads() {
+    // As many leftovers whose close never returns as the janitor has threads, and more.
+    let held: Vec<Memory> = (0..3)
+        .map(|n| timed_out_upload(&format!("held-close-{n}"), |f| f.close_held = true))
+        .collect();
+    let other = timed_out_upload("other", |_| {});
+    wait_for("the other's removal", Duration::from_secs(3), || {
+        other.images().is_empty() && other.omap(INDEX).is_empty()
+    });
+    for memory in &held {
+        assert_eq!(memory.images().len(), 1);
+        memory.release();
+    }
+    for memory in &held {
+        wait_for("the removal once closed", Duration::from_secs(3), || {
+            memory.images().is_empty() && memory.omap(INDEX).is_empty()
+        });
+    }
+}
+
+#[test]
+fn the_janitor_tries_on_a_connection_with_timeouts_and_gives_up_a_close_never_answered() {
+    testlog::keep();
+    let memory = timed_out_upload("never-closed", |f| f.close_held = true);
+    let marked = memory.omap(INDEX)["never-closed"].clone();
+    // GIVE_UP_AFTER is 1 s in `cargo test`: the close's tries count.
+    wait_for("the janitor to give up", Duration::from_secs(5), || {
+        memory.omap(INDEX)["never-closed"] != marked
+    });
+    assert!(memory.omap(INDEX)["never-closed"].contains("\"given_up\":"));
+    assert_eq!(memory.counts().bounded_asked, 0, "no removal was tried");
+    let said = testlog::warnings(&["'never-closed'", "its close still waits on the cluster"]);
+    assert_eq!(said.len(), 1, "{said:?}");
+    memory.release();
+
+    let memory = timed_out_upload("bounded", |_| {});
+    wait_for("the removal", Duration::from_secs(3), || {
+        memory.images().is_empty()
+    });
+    assert_eq!(memory.counts().bounded_asked, 1);
 }

@@ -87,8 +87,18 @@ pub struct Upload {
 
 impl Upload {
     /// Creates and opens the image in `pool` (`options.pool`). An image that already exists is
-    /// left untouched.
-    pub fn start(pool: Arc<dyn Pool>, options: UploadOptions) -> Result<Upload> {
+    /// left untouched. Guarded as the writes are (`fence::guarded`): a fenced client's start
+    /// fails, and `poll` ends it; an upload its caller no longer waits for is dropped on its
+    /// thread, which removes its image.
+    pub fn start(pool: Arc<dyn Pool>, options: UploadOptions, poll: Poll) -> Result<Upload> {
+        let target = Target::image(&options.pool, &options.image);
+        let mut watch = Fence::client(Arc::clone(&pool), target);
+        fence::guarded(&mut watch, Some(poll), move || {
+            Upload::create(pool, options)
+        })?
+    }
+
+    fn create(pool: Arc<dyn Pool>, options: UploadOptions) -> Result<Upload> {
         if options.size > MAX_IMAGE_SIZE {
             return Err(Error::Usage(format!(
                 "size {} is larger than any RBD image can be ({MAX_IMAGE_SIZE} bytes)",
