@@ -5,6 +5,7 @@ that cluster what a failing machine does."""
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,3 +135,5 @@ def test_a_test_that_cannot_be_interrupted_ends_the_process(tmp_path):
     assert "the clusters' daemons are killed" in out
     root = pathlib.Path((tmp_path / "ready").read_text())
     _assert_gone(json.loads((root / "cluster.json").read_text())["pids"].values())
+    # A hard exit skips the child's teardown, which removes its cluster's directory.
+    shutil.rmtree(root)

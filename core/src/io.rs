@@ -96,9 +96,10 @@ pub trait Pool: Send + Sync + 'static {
     /// answer (a timeout, a fenced client) is its negative errno, no proof either way.
     fn in_trash(&self, id: &str) -> std::result::Result<bool, i32>;
 
-    /// How many clients have trash entry `id` (image `name`) open: while any does, its
-    /// removal waits, the manager's too.
-    fn trash_watchers(&self, name: &str, id: &str) -> Result<usize>;
+    /// Whether the Ceph manager's task removing trash entry `id` last failed because a client
+    /// has the entry open (EBUSY, in `rbd task list`): false while it has not failed so, and
+    /// where no manager answers within `wait`.
+    fn manager_says_busy(&self, id: &str, wait: Duration) -> bool;
 
     /// Hands the removal of trash entry `id` to the Ceph manager's task queue (`rbd task add
     /// trash remove`), waiting `wait` at most for its answer: if it did not take it, the
@@ -112,6 +113,11 @@ pub trait Pool: Send + Sync + 'static {
     /// This connection's user: its entity (`client.glance`), and the cluster's fsid with it
     /// (what names one user across connections).
     fn user(&self) -> (String, String);
+
+    /// Whether this connection's operations time out: a call on it ends by itself.
+    fn times_out(&self) -> bool {
+        false
+    }
 }
 
 /// An image as a delete judges it (`Pool::inspect`).

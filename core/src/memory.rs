@@ -68,6 +68,8 @@ pub(crate) struct Counts {
     pub(crate) trash_removals: usize,
     /// Connections with operation timeouts asked for (`Pool::bounded`).
     pub(crate) bounded_asked: usize,
+    /// Calls answered after they were held (`Faults::calls_held`).
+    pub(crate) held_answered: usize,
 }
 
 struct Stored {
@@ -220,9 +222,15 @@ impl Memory {
     /// Blocklists the current connection: its operations go unanswered, its probes hear
     /// ESHUTDOWN; the next connection is a new client.
     pub(crate) fn fence(&self) {
+        self.fence_and(|_| {});
+    }
+
+    /// `fence`, and `change` to the faults at the same moment: no operation runs in between.
+    pub(crate) fn fence_and(&self, change: impl FnOnce(&mut Faults)) {
         let mut state = self.state();
         let current = state.client;
         state.fence_client(current);
+        change(&mut state.faults);
     }
 
     /// Answers the writes and the calls held so far: their data lands, and they complete.
@@ -344,9 +352,11 @@ impl MemoryPool {
     /// The state, once a call is answered: not while calls are held (`Faults::calls_held`).
     fn answered(&self) -> std::sync::MutexGuard<'_, State> {
         let mut state = self.memory.state();
+        let held = state.faults.calls_held;
         while state.faults.calls_held {
             state = sync::wait(&self.memory.shared.released, state);
         }
+        state.counts.held_answered += usize::from(held);
         state
     }
 
@@ -615,16 +625,14 @@ impl Pool for MemoryPool {
         Ok(state.trash.contains_key(id))
     }
 
-    fn trash_watchers(&self, name: &str, id: &str) -> Result<usize> {
+    fn manager_says_busy(&self, id: &str, _wait: Duration) -> bool {
         let state = self.memory.state();
-        if self.fenced(&state) {
-            return Err(self.error(Op::Open, name, libc::ESHUTDOWN));
-        }
-        let Some((_, image)) = state.trash.get(id) else {
-            return Err(self.error(Op::Open, name, libc::ENOENT));
-        };
         let fenced = &state.fenced;
-        Ok(image.open.iter().filter(|c| !fenced.contains(c)).count())
+        state.manager_tasks.iter().any(|(task, _)| task == id)
+            && state
+                .trash
+                .get(id)
+                .is_some_and(|(_, image)| image.open.iter().any(|client| !fenced.contains(client)))
     }
 
     fn manager_trash_remove(

@@ -259,7 +259,9 @@ fn try_step(mut pending: Pending) -> Option<Pending> {
                 log::debug!("{err}; trying again in {} s", pending.delay.as_secs());
             }
             job.pool.forget_if_refused(&err);
-            if err.errno() == Some(libc::ETIMEDOUT) {
+            // The delete's connection, glance's, is never replaced for a timeout: the job moves
+            // to one with timeouts of its own first (`bound`).
+            if err.errno() == Some(libc::ETIMEDOUT) && pending.bounded {
                 // No answer: the OSDs may be away, or this client fenced without being told
                 // (it then waits on answers that never come). The next try, on a new
                 // connection, sees either.
@@ -355,15 +357,10 @@ fn removed_by_manager(job: &Job) -> Tried {
     }
 }
 
-/// Whether a client has the job's trash entry open: the manager's removal then waits for it.
+/// Whether the manager's removal of the job's entry waits for a client that has it open, as
+/// the manager says (its own removal of a large image holds it open too, and is no such wait).
 fn held_open(job: &Job) -> bool {
-    match job.pool.trash_watchers(&job.name, &job.id) {
-        Ok(watchers) => watchers > 0,
-        Err(err) => {
-            log::debug!("{err}");
-            false
-        }
-    }
+    job.pool.manager_says_busy(&job.id, MANAGER_WAIT)
 }
 
 /// Hands the removal to the manager's task queue; false if the manager refused it, or gave no

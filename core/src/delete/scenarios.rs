@@ -350,6 +350,10 @@ fn a_delete_a_silently_fenced_client_would_wait_on_for_good_fails_within_seconds
     );
     // The call left to its thread hears ESHUTDOWN once answered: the image is as it was.
     memory.release();
+    wait_for("the call answered", Duration::from_secs(1), || {
+        memory.counts().held_answered > 0
+    });
+    std::thread::sleep(Duration::from_millis(50));
     let (_, snapshots) = memory.image("image").expect("the image");
     assert_eq!(snapshots, ["snap"]);
     assert!(memory.trash().is_empty());

@@ -55,6 +55,8 @@ pub struct Cluster {
     entity: String,
     /// What it was made with: a fenced handle is replaced by a new one of the same.
     options: ConnectOptions,
+    /// The process that made it: a child of `fork()` has the handle but none of its threads.
+    pid: u32,
 }
 
 // SAFETY: a connected rados_t may be used from any thread; librados locks internally.
@@ -299,6 +301,12 @@ impl Cluster {
         self.forget("it was fenced (blocklisted)");
     }
 
+    /// Whether this connection's operations time out (glance's rados_connect_timeout, or a
+    /// bound of the native layer's own).
+    pub(crate) fn times_out(&self) -> bool {
+        self.options.timeout.is_some()
+    }
+
     /// A connection with these settings whose operations time out after `seconds`, shared as
     /// any; None if this one's do already.
     pub(crate) fn bounded(self: &Arc<Self>, seconds: u32) -> Result<Option<Arc<Cluster>>> {
@@ -388,6 +396,7 @@ impl Cluster {
             // librados' default id is "admin"; a user is an id, without the "client." prefix.
             entity: format!("client.{}", options.user.as_deref().unwrap_or("admin")),
             options: options.clone(),
+            pid: std::process::id(),
         };
         let conf = options.conf_file.as_deref().map(cstring).transpose()?;
         // SAFETY: the handle is live; conf is NUL-terminated or null (search default paths).
@@ -599,10 +608,20 @@ impl Cluster {
             identity: None,
         }
     }
+
+    /// Whether this process made the handle. In a child of `fork()` it has none of its threads,
+    /// and tearing it down (or anything on it) waits for them for good: a value inherited from
+    /// the parent (a writer the child's garbage collector frees) leaks it instead.
+    pub(crate) fn is_own(&self) -> bool {
+        self.pid == std::process::id()
+    }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if !self.is_own() {
+            return;
+        }
         // SAFETY: the handle is owned by this value and every IoCtx holds an Arc to it, so no
         // ioctx on it is alive any more.
         unsafe { rados::rados_shutdown(self.handle) };
@@ -643,6 +662,9 @@ impl IoCtx {
 
 impl Drop for IoCtx {
     fn drop(&mut self) {
+        if !self.cluster.is_own() {
+            return; // inherited over a fork (`Cluster::is_own`)
+        }
         // SAFETY: owned handle, destroyed once; images opened on it hold an Arc<IoCtx>.
         unsafe { rados::rados_ioctx_destroy(self.handle) };
     }

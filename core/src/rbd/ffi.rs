@@ -11,7 +11,7 @@ pub(crate) use ceph::rados::rados_ioctx_t;
 pub(crate) type RbdImage = *mut c_void;
 pub(crate) type RbdCompletion = *mut c_void;
 pub(crate) type RbdCallback = unsafe extern "C" fn(completion: RbdCompletion, arg: *mut c_void);
-/// `rbd_open`, `rbd_open_by_id`, `rbd_open_read_only` and `rbd_open_by_id_read_only`.
+/// `rbd_open`, `rbd_open_by_id` and `rbd_open_read_only`.
 pub(crate) type RbdOpen = unsafe extern "C" fn(
     io: rados_ioctx_t,
     name: *const c_char,
@@ -45,12 +45,6 @@ unsafe extern "C" {
     pub(crate) fn rbd_open_read_only(
         io: rados_ioctx_t,
         name: *const c_char,
-        image: *mut RbdImage,
-        snap_name: *const c_char,
-    ) -> c_int;
-    pub(crate) fn rbd_open_by_id_read_only(
-        io: rados_ioctx_t,
-        id: *const c_char,
         image: *mut RbdImage,
         snap_name: *const c_char,
     ) -> c_int;

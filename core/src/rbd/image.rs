@@ -294,7 +294,7 @@ pub(crate) struct Image {
     handle: ffi::RbdImage,
     target: Target,
     /// Kept alive while the image is open: librbd uses the ioctx until the image closes.
-    _ioctx: Arc<IoCtx>,
+    ioctx: Arc<IoCtx>,
 }
 
 // SAFETY: librbd image handles may be used from any thread; librbd serialises internally. This
@@ -326,12 +326,6 @@ impl Image {
         Self::opened_by(ffi::rbd_open_read_only, ioctx, name, None, target)
     }
 
-    /// `inspect`, of the image of id `id` (`name`, for errors): an image in the trash too.
-    pub(crate) fn inspect_by_id(ioctx: Arc<IoCtx>, id: &str, name: &str) -> Result<Image> {
-        let target = ioctx.target(name);
-        Self::opened_by(ffi::rbd_open_by_id_read_only, ioctx, id, None, target)
-    }
-
     /// Opens image `key` (its name or id, as `open` takes it) at `snapshot` (or its head) with
     /// librbd's `open` call; `target` names it in errors.
     fn opened_by(
@@ -358,7 +352,7 @@ impl Image {
         Ok(Image {
             handle,
             target,
-            _ioctx: ioctx,
+            ioctx,
         })
     }
 
@@ -500,6 +494,9 @@ impl Image {
 
 impl Drop for Image {
     fn drop(&mut self) {
+        if !self.ioctx.cluster().is_own() {
+            return; // inherited over a fork (`Cluster::is_own`)
+        }
         // SAFETY: owned handle, closed once. Operations in flight on it are drained by the
         // Upload or Download before it lets go of the image.
         let ret = unsafe { ffi::rbd_close(self.handle) };

@@ -7,6 +7,7 @@ mod exit;
 pub(crate) mod ffi;
 pub(crate) mod image;
 pub mod keyring;
+mod manager;
 pub(crate) mod omap;
 pub mod pool;
 pub(crate) mod signals;

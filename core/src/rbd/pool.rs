@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use super::cluster::{Cluster, IoCtx, cstring};
 use super::completion::Completion;
-use super::ffi;
 use super::image::{self, Image};
 use super::omap::{self, Entry};
+use super::{ffi, manager};
 use crate::error::{Error, Op, Result, Target};
 use crate::io::{self, OmapChange, OmapWrite};
 use crate::wait::Poll;
@@ -179,8 +179,15 @@ impl io::Pool for RbdPool {
             .map_err(|errno| -errno)
     }
 
-    fn trash_watchers(&self, name: &str, id: &str) -> Result<usize> {
-        Image::inspect_by_id(Arc::clone(&self.ioctx), id, name)?.watcher_count()
+    fn manager_says_busy(&self, id: &str, wait: Duration) -> bool {
+        let list = r#"{"prefix":"rbd task list","format":"json"}"#;
+        match self.ioctx.cluster().mgr_command(list, wait) {
+            Ok(tasks) => manager::busy(&tasks, self.ioctx.pool(), id),
+            Err((errno, status)) => {
+                log::debug!("`rbd task list`: errno {}: {status}", -errno);
+                false
+            }
+        }
     }
 
     fn manager_trash_remove(
@@ -194,6 +201,10 @@ impl io::Pool for RbdPool {
             crate::json::json_string(&spec)
         );
         self.ioctx.cluster().mgr_command(&command, wait).map(drop)
+    }
+
+    fn times_out(&self) -> bool {
+        self.ioctx.cluster().times_out()
     }
 
     fn user(&self) -> (String, String) {

@@ -30,6 +30,8 @@ pub(crate) struct Fence {
     /// steps): the pool's directory is, and only the client's fencing is proved.
     image_id: Option<String>,
     target: Target,
+    /// Whether stalls are probed at all (`client`).
+    probing: bool,
     /// When the current wait began, if it has not seen progress since.
     stalled_since: Option<Instant>,
     /// The probe running, and its answer once it comes.
@@ -43,9 +45,14 @@ impl Fence {
         Fence::watching(pool, Some(image_id.to_owned()), target)
     }
 
-    /// A watch on calls about image `target` made before it is open (`guarded`).
+    /// A watch on calls about image `target` made before it is open (`guarded`). On a
+    /// connection whose operations time out, the calls end by themselves, and nothing is
+    /// probed: a probe a cluster leaves unanswered (Ceph 20 leaves a user without osd caps so)
+    /// would keep the connection, and its threads, after the call failed and let it go.
     pub(crate) fn client(pool: Arc<dyn Pool>, target: Target) -> Fence {
-        Fence::watching(pool, None, target)
+        let mut fence = Fence::watching(Arc::clone(&pool), None, target);
+        fence.probing = !pool.times_out();
+        fence
     }
 
     fn watching(pool: Arc<dyn Pool>, image_id: Option<String>, target: Target) -> Fence {
@@ -53,6 +60,7 @@ impl Fence {
             pool,
             image_id,
             target,
+            probing: true,
             stalled_since: None,
             probe: None,
             next_probe: None,
@@ -68,6 +76,9 @@ impl Fence {
     /// Called while a wait is blocked (every `POLL_INTERVAL`): the fencing or removal proved,
     /// if it is.
     pub(crate) fn check(&mut self) -> Result<()> {
+        if !self.probing {
+            return Ok(());
+        }
         let now = Instant::now();
         let since = *self.stalled_since.get_or_insert(now);
         if let Some(answer) = &self.probe {
@@ -135,10 +146,14 @@ pub(crate) fn guarded<T: Send + 'static>(
                 return Ok(done);
             }
             Err(RecvTimeoutError::Timeout) => {
-                if let Some(poll) = poll.as_mut() {
-                    poll()?;
+                let ended = match poll.as_mut() {
+                    Some(poll) => poll().and_then(|()| fence.check()),
+                    None => fence.check(),
+                };
+                if let Err(err) = ended {
+                    // Answered meanwhile: what the call did stands (a retry would repeat it).
+                    return answer.try_recv().map_err(|_| err);
                 }
-                fence.check()?;
             }
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(Error::Internal("a librbd call's thread ended".into()));

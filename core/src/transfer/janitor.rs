@@ -131,14 +131,17 @@ fn attempt(mut leftover: Leftover) -> Option<(Leftover, Instant)> {
 
 /// One try: None once the image is gone (or its name another image's).
 fn try_once(leftover: &mut Leftover) -> Option<Failure> {
-    if !closed(leftover) {
-        return Some(Failure::Closing);
-    }
+    // The close first (it starts at once), then the connection the rest goes through: the
+    // mark's give-up too.
+    let closed = closed(leftover);
     if !leftover.bounded {
         match leftover.pool.bounded(TRY_TIMEOUT) {
             Ok(pool) => (leftover.pool, leftover.bounded) = (pool, true),
             Err(err) => return Some(Failure::Failed(err)),
         }
+    }
+    if !closed {
+        return Some(Failure::Closing);
     }
     let pool = Arc::clone(&leftover.pool);
     let target = pool.target(leftover.mark.image());
@@ -289,9 +292,10 @@ fn failed(leftover: &mut Leftover, failure: Failure) -> Instant {
         );
     }
     pool.forget_if_refused(&err);
-    if err.errno() == Some(libc::ETIMEDOUT) {
+    if err.errno() == Some(libc::ETIMEDOUT) && leftover.bounded {
         // No answer: the OSDs may be away, or this client fenced without being told. The next
-        // try, on a new connection, sees either.
+        // try, on a new connection of its own, sees either. (The upload's connection, glance's,
+        // is never replaced for a timeout: a new one with timeouts is made first.)
         if let Ok(new) = pool.reconnect() {
             leftover.pool = new;
         }
