@@ -46,6 +46,8 @@ pub(crate) struct Faults {
     pub(crate) manager_takes: Duration,
     /// A connection with operation timeouts (`Pool::bounded`) fails to connect with this.
     pub(crate) bounded_error: Option<i32>,
+    /// glance sets rados_connect_timeout: `Pool::bounded` is the connection itself.
+    pub(crate) timeouts_set: bool,
     /// Creations, opens, inspections and unprotects go unanswered until `release`, as librbd's
     /// wait on OSDs that do not answer; with the client fenced meanwhile (`fence`), as a client
     /// fenced without being told: its probes hear ESHUTDOWN, its calls once answered too.
@@ -504,7 +506,15 @@ impl Pool for MemoryPool {
         if let Some(errno) = state.faults.bounded_error {
             return Err(self.error(Op::Purge, &self.name, errno));
         }
+        let same = state.faults.timeouts_set;
         drop(state);
+        if same {
+            return Ok(Arc::new(MemoryPool {
+                memory: self.memory.clone(),
+                name: self.name.clone(),
+                client: self.client,
+            }));
+        }
         Ok(self.memory.pool(&self.name))
     }
 
