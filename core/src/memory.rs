@@ -227,6 +227,24 @@ impl Memory {
         self.fence_and(|_| {});
     }
 
+    /// Pool `name` of a client fenced without being told: its calls held until `release`
+    /// (`Faults::calls_held`), its probes hearing ESHUTDOWN.
+    pub(crate) fn silently_fenced(&self, name: &str) -> Arc<dyn Pool> {
+        let pool = self.pool(name);
+        self.fence_and(|f| f.calls_held = true);
+        pool
+    }
+
+    /// Answers the calls held, and waits until the first of them has gone on from its answer.
+    pub(crate) fn release_held_calls(&self) {
+        self.release();
+        wait_for("a held call answered", Duration::from_secs(1), || {
+            self.counts().held_answered > 0
+        });
+        // What the call does with its answer, on its thread.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
     /// `fence`, and `change` to the faults at the same moment: no operation runs in between.
     pub(crate) fn fence_and(&self, change: impl FnOnce(&mut Faults)) {
         let mut state = self.state();
@@ -313,6 +331,23 @@ impl Memory {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         sync::lock(&self.shared.state)
     }
+}
+
+/// Asserts that `err` is the end of a wait on a fenced client (its probe heard ESHUTDOWN),
+/// `started` less than 2 s before (the probe's first look comes after 300 ms under test).
+pub(crate) fn assert_fenced_within_seconds(err: &Error, started: Instant) {
+    assert!(
+        matches!(
+            err,
+            Error::Fenced {
+                errno: libc::ESHUTDOWN,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}");
 }
 
 /// Waits until `done`, polling: a test fails naming `what` after `within`.

@@ -9,7 +9,7 @@ use super::purge::{self, Job};
 use super::{Deleted, INDEX, Rules, delete_in, guarded};
 use crate::error::{Error, Op};
 use crate::io::{OmapChange, OmapWrite};
-use crate::memory::{Memory, wait_for};
+use crate::memory::{Memory, assert_fenced_within_seconds, wait_for};
 use crate::testlog;
 
 const POOL: &str = "images";
@@ -327,33 +327,12 @@ fn the_purge_tries_on_a_connection_with_timeouts_and_waits_for_one() {
 fn a_delete_a_silently_fenced_client_would_wait_on_for_good_fails_within_seconds() {
     let memory = without_manager();
     stored(&memory, "image");
-    let pool = memory.pool(POOL);
-    memory.faults(|f| f.calls_held = true);
-    memory.fence();
+    let pool = memory.silently_fenced(POOL);
     let started = Instant::now();
     let err = guarded(pool, "image", Some("snap"), RULES, &mut || Ok(())).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Fenced {
-                errno: libc::ESHUTDOWN,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    // The probe's first look comes after 300 ms (`fence::PROBE_AFTER` under test).
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
+    assert_fenced_within_seconds(&err, started);
     // The call left to its thread hears ESHUTDOWN once answered: the image is as it was.
-    memory.release();
-    wait_for("the call answered", Duration::from_secs(1), || {
-        memory.counts().held_answered > 0
-    });
-    std::thread::sleep(Duration::from_millis(50));
+    memory.release_held_calls();
     let (_, snapshots) = memory.image("image").expect("the image");
     assert_eq!(snapshots, ["snap"]);
     assert!(memory.trash().is_empty());

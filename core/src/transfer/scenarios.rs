@@ -11,7 +11,7 @@ use super::mark::INDEX;
 use super::shares::{DEFAULT_BOUND, PROCESS};
 use super::upload::{Upload, UploadOptions};
 use crate::error::{Error, Result};
-use crate::memory::{Memory, wait_for};
+use crate::memory::{Memory, assert_fenced_within_seconds, wait_for};
 use crate::testlog;
 
 const MIB: usize = 1 << 20;
@@ -540,29 +540,13 @@ fn a_write_answered_with_eblocklisted_is_fenced() {
 fn a_download_a_silently_fenced_client_cannot_open_fails_within_seconds_or_when_polled() {
     let memory = Memory::new();
     upload(&memory, "image", 0, 1, MIB).unwrap();
-    let pool = memory.pool(POOL);
-    memory.faults(|f| f.calls_held = true);
-    memory.fence();
+    let pool = memory.silently_fenced(POOL);
     let options = download_options("image", Some("snap"));
     let started = Instant::now();
     let err = Download::<Vec<u8>>::open(Arc::clone(&pool), &options, &mut || Ok(()))
         .err()
         .expect("no open");
-    assert!(
-        matches!(
-            err,
-            Error::Fenced {
-                errno: libc::ESHUTDOWN,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
+    assert_fenced_within_seconds(&err, started);
     let err = Download::<Vec<u8>>::open(pool, &options, &mut || Err(Error::Interrupted))
         .err()
         .expect("no open");
@@ -573,33 +557,13 @@ fn a_download_a_silently_fenced_client_cannot_open_fails_within_seconds_or_when_
 #[test]
 fn an_upload_a_silently_fenced_client_cannot_start_fails_within_seconds_and_leaves_nothing() {
     let memory = Memory::new();
-    let pool = memory.pool(POOL);
-    memory.faults(|f| f.calls_held = true);
-    memory.fence();
+    let pool = memory.silently_fenced(POOL);
     let started = Instant::now();
     let err = Upload::start(pool, options("fenced-start", 0), &mut go())
         .err()
         .expect("no start");
-    assert!(
-        matches!(
-            err,
-            Error::Fenced {
-                errno: libc::ESHUTDOWN,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
-    memory.release();
-    wait_for("the call answered", Duration::from_secs(1), || {
-        memory.counts().held_answered > 0
-    });
-    std::thread::sleep(Duration::from_millis(50));
+    assert_fenced_within_seconds(&err, started);
+    memory.release_held_calls();
     assert!(memory.images().is_empty());
 }
 
