@@ -28,3 +28,9 @@ pub(crate) fn connect_failure(
 pub(crate) fn caps_advice(errno: i32, pool: &str, entity: Option<&str>) -> Option<String> {
     error::caps_advice(errno, pool, entity)
 }
+
+/// The caps of glance's documented cephx user on `pool`, as `ceph auth caps` takes them.
+#[pyfunction(name = "_glance_caps")]
+pub(crate) fn glance_caps(pool: &str) -> String {
+    glance_rbd_core::rbd::keyring::glance_caps(pool)
+}

@@ -32,6 +32,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(delete::delete_image, module)?)?;
     module.add_function(wrap_pyfunction!(cephx::connect_failure, module)?)?;
     module.add_function(wrap_pyfunction!(cephx::caps_advice, module)?)?;
+    module.add_function(wrap_pyfunction!(cephx::glance_caps, module)?)?;
+    module.add_function(wrap_pyfunction!(process::mark_identity, module)?)?;
     module.add_function(wrap_pyfunction!(versions::library_versions, module)?)?;
     module.add(
         "DEFAULT_MAX_IN_FLIGHT",

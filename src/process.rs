@@ -57,3 +57,11 @@ pub(crate) fn transfers(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
 pub(crate) fn transfer_ended(py: Python<'_>) {
     py.detach(|| PROCESS.release_memory_if_idle());
 }
+
+/// Who this process is, as a mark names its writer (host, boot id, pid, start, pid namespace,
+/// cgroup), with the librados `client` (global id) and `address` it writes with: a JSON object.
+#[pyfunction(name = "_mark_identity")]
+#[pyo3(signature = (client, address = None))]
+pub(crate) fn mark_identity(client: u64, address: Option<&str>) -> String {
+    glance_rbd_core::transfer::identity_object(client, address)
+}

@@ -78,6 +78,12 @@ def clean_pool(images):
 
 
 @pytest.fixture
+def manager(cluster):
+    """A Ceph manager active, as on every real cluster (started once, it stays)."""
+    cluster.start_mgr()
+
+
+@pytest.fixture
 def conf_file(cluster, tmp_path):
     """A glance-api.conf with one rbd store, [glance_store], as admin (for `glance-rbd-native`)."""
     return glance_api_conf(tmp_path / "glance-api.conf", cluster.pool, "admin", cluster.conf_path)

@@ -53,7 +53,7 @@ def swept(conf_file):
     command.run(conf_file, "sweep", "--remove")
 
 
-def test_all_well_is_success_in_oslo_upgradechecks_form(cluster, clean_pool, well_set):
+def test_all_well_is_success_in_oslo_upgradechecks_form(cluster, clean_pool, well_set, manager):
     swept(well_set)
     report = checked(well_set, status=0)
     assert report["name"] == "glance-rbd-native check"
@@ -62,6 +62,7 @@ def test_all_well_is_success_in_oslo_upgradechecks_form(cluster, clean_pool, wel
         "Native module",
         "Backend glance_store",
         "Backend glance_store: rados_connect_timeout",
+        "Backend glance_store: caps",
         "Backend glance_store: leftovers",
     ]
     found = rows(report)
@@ -89,7 +90,7 @@ def test_no_rados_connect_timeout_is_a_warning_that_says_what_to_set(cluster, co
 
 
 def test_a_partial_image_of_a_writer_that_is_gone_is_a_warning_with_the_command(
-    cluster, clean_pool, well_set
+    cluster, clean_pool, well_set, manager
 ):
     """An upload killed mid-way (tests/harness/held_upload.py): the leftovers row says how many,
     and which command removes them; once swept, all is well again."""
@@ -104,13 +105,13 @@ def test_a_partial_image_of_a_writer_that_is_gone_is_a_warning_with_the_command(
     assert rows(checked(well_set, status=0))["Backend glance_store: leftovers"][0] == Code.SUCCESS
 
 
-def test_the_table_and_the_options_on_either_side(cluster, clean_pool, well_set):
+def test_the_table_and_the_options_on_either_side(cluster, clean_pool, well_set, manager):
     """Without --json, oslo.upgradecheck's table; --config-file before the command too."""
     swept(well_set)
     done = command.run(well_set, "check")  # command.run puts --config-file after it
     assert "| glance-rbd-native check" in done.stdout
     assert "| Check: Backend glance_store" in done.stdout
-    assert done.stdout.count("| Result: Success") == 5
+    assert done.stdout.count("| Result: Success") == 6
     before = subprocess.run(
         [sys.executable, "-m", "glance_rbd_native", "--config-file", str(well_set), "check"],
         capture_output=True,
@@ -120,7 +121,7 @@ def test_the_table_and_the_options_on_either_side(cluster, clean_pool, well_set)
     )
     assert before.returncode == 0, before.stderr
     assert "| Check: Backend glance_store" in before.stdout
-    assert before.stdout.count("| Result: Success") == 5
+    assert before.stdout.count("| Result: Success") == 6
 
 
 def test_a_missing_pool_is_a_failure_that_names_it(cluster, tmp_path):

@@ -235,6 +235,25 @@ def test_finished_clones_missing_and_renamed_images_are_never_partial():
     assert state == "missing" and "another image's" in reason
 
 
+def test_the_snapshot_of_checks_probe_goes_with_it_and_no_other():
+    """A probe of `check` (probes.py) names its own snapshot in its mark: an image holding that
+    one alone is still partial; any other snapshot, or a mark without "probe", finishes it."""
+    probe = mark_of(probe="check")
+    gone = (Sight.GONE, "gone")
+    assert (
+        verdict(mark=probe, header=Header("1f2e3d", ("check",), None, 1.0, ()), sight=gone)[0]
+        == "gone"
+    )
+    assert (
+        verdict(mark=probe, header=Header("1f2e3d", ("check", "snap"), None, 1.0, ()), sight=gone)[
+            0
+        ]
+        == "finished"
+    )
+    assert verdict(header=Header("1f2e3d", ("check",), None, 1.0, ()), sight=gone)[0] == "finished"
+    assert verdict(mark=mark_of(probe=1))[0] == "unreadable"
+
+
 # -- marks as read ---------------------------------------------------------------------------
 
 

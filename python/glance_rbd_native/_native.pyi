@@ -232,3 +232,10 @@ def _caps_advice(errno: int, pool: str, entity: Optional[str] = None) -> Optiona
     """What to tell the operator when the cluster refuses `entity` an operation on `pool` (EPERM,
     EACCES) or leaves it unanswered (ETIMEDOUT), as the native errors say it; None for any other
     errno."""
+
+def _glance_caps(pool: str) -> str:
+    """The caps of glance's documented cephx user on `pool`, as `ceph auth caps` takes them."""
+
+def _mark_identity(client: int, address: Optional[str] = None) -> str:
+    """Who this process is, as a mark names its writer (host, boot id, pid, start, pid namespace,
+    cgroup), with the librados `client` (global id) and `address` it writes with: a JSON object."""

@@ -5,16 +5,20 @@ its ``--json`` (``{"name", "checks": [{"check", "result", "details"}]}``) and it
 0 when every check succeeds, 1 when the worst is a Warning, 2 a Failure, 255 a check that
 raised.
 
-    glance-rbd-native check [--json] --config-file /etc/glance/glance-api.conf
+    glance-rbd-native check [--json] [--no-write] --config-file /etc/glance/glance-api.conf
 
 A row for glance_store (would ``patch()`` take over), one for the native module and the
-libraries it loaded on this host, and three for each rbd backend: its cluster reached as its
+libraries it loaded on this host, and four for each rbd backend: its cluster reached as its
 user, within glance's rados_connect_timeout (``CONNECT_TIMEOUT`` where it sets none, for the
-check alone), and its pool there; that timeout (a Warning where glance sets none); and what dead
-processes left in the pool (a Warning naming the command that removes it). Nothing is written
-to the cluster.
+check alone), and its pool there; that timeout (a Warning where glance sets none); the caps of
+its user, proved by doing what uploads and deletes do on an image of the check's own
+(``probes``: a missing cap is a Failure naming the line that grants it, the manager's a
+Warning); and what dead processes left in the pool (a Warning naming the command that removes
+it). With ``--no-write`` nothing is written to the cluster.
 """
 
+import signal
+import sys
 import time
 from typing import TYPE_CHECKING, Any, Union
 
@@ -22,7 +26,7 @@ from oslo_config import cfg
 from oslo_upgradecheck import upgradecheck
 from oslo_upgradecheck.upgradecheck import Code, Result
 
-from glance_rbd_native import compat
+from glance_rbd_native import compat, probes
 from glance_rbd_native.backends import Backend, Failure, connect
 
 if TYPE_CHECKING:
@@ -41,8 +45,11 @@ CEPH_LIBRARIES = ("librbd.so", "librados.so")
 class Checks(upgradecheck.UpgradeCommands):
     display_title = TITLE
 
-    def __init__(self, conf: "cfg.ConfigOpts", backends: list[Backend]) -> None:
+    def __init__(
+        self, conf: "cfg.ConfigOpts", backends: list[Backend], no_write: bool = False
+    ) -> None:
         self.conf = conf
+        self.no_write = no_write
         rows: list[tuple[str, Any]] = [
             ("glance_store", Checks.glance_store),
             ("Native module", Checks.native_module),
@@ -51,6 +58,7 @@ class Checks(upgradecheck.UpgradeCommands):
             rows += [
                 (f"Backend {b.name}", (Checks.backend, {"backend": b})),
                 (f"Backend {b.name}: rados_connect_timeout", (Checks.timeout, {"backend": b})),
+                (f"Backend {b.name}: caps", (Checks.caps, {"backend": b})),
                 (f"Backend {b.name}: leftovers", (Checks.leftovers, {"backend": b})),
             ]
         self._upgrade_checks = tuple(rows)
@@ -158,6 +166,71 @@ class Checks(upgradecheck.UpgradeCommands):
             f"rados_connect_timeout in [{backend.name}], e.g. to 30",
         )
 
+    def caps(self, backend: Backend) -> Result:
+        """What glance's user may do in its pool, proved by doing it (``probes``): a cap it
+        lacks is a Failure naming it, the manager's a Warning. With --no-write, the manager
+        alone is asked, by a command that writes nothing."""
+        import rados
+
+        from glance_rbd_native import _native, leftovers
+
+        entity = f"client.{backend.user or 'admin'}"
+        grant = f"ceph auth caps {entity} {_native._glance_caps(backend.pool)}"
+
+        def manager() -> "rados.Rados":
+            return leftovers.connect(backend.conffile, backend.user, probes.MANAGER_WAIT)
+
+        try:
+            cluster, _ = self._cluster(backend)
+            if not cluster.pool_exists(backend.pool):
+                return Result(Code.FAILURE, f"not probed: pool {backend.pool!r} does not exist")
+        except (Failure, rados.Error) as exc:
+            return Result(Code.FAILURE, f"not probed: {exc}")
+        if self.no_write:
+            said = probes.ask_manager(
+                cluster, manager, {"prefix": "rbd task list", "format": "json"}
+            )
+            if said is not None:
+                return Result(Code.WARNING, _manager_warning(said, grant))
+            return Result(
+                Code.SUCCESS,
+                f"the Ceph manager answers {entity}'s `rbd task list`; nothing else probed "
+                "(--no-write)",
+            )
+        probed = probes.Probe(cluster, backend.pool, manager).run()
+        left = f"; left behind: {probed.left}" if probed.left else ""
+        if probed.refused is not None:
+            step, refusal = probed.refused
+            code = probes.error_number(refusal)
+            if code in probes.REFUSED:
+                why = f": {entity}'s osd cap on the pool does not allow it"
+            elif code in probes.UNANSWERED:
+                why = f": {_native._caps_advice(code, backend.pool, entity)}"
+            else:
+                why = ""
+            advice = (
+                f"; grant glance's caps with `{grant}` (it replaces the user's caps: keep those "
+                f"it has for other pools; `ceph auth get {entity}` shows them)"
+                if why
+                else ""
+            )
+            return Result(
+                Code.FAILURE,
+                f"{step} in pool {backend.pool!r} failed for {entity} ({refusal}){why}{advice}; "
+                f"done before it: {', '.join(probed.done) or 'nothing'}{left}",
+            )
+        done = (
+            f"{entity} did in pool {backend.pool!r} what uploads and deletes do: "
+            f"{', '.join(probed.done)} ({probed.seconds:.2f} s)"
+        )
+        warnings = [
+            *([_manager_warning(probed.manager, grant)] if probed.manager else []),
+            *([f"left behind: {probed.left}"] if probed.left else []),
+        ]
+        if warnings:
+            return Result(Code.WARNING, "; ".join([done, *warnings]))
+        return Result(Code.SUCCESS, done)
+
     def leftovers(self, backend: Backend) -> Result:
         """What dead processes left in the pool: partial uploads, and deletes not purged."""
         import rados
@@ -188,12 +261,43 @@ class Checks(upgradecheck.UpgradeCommands):
         )
 
 
+def _manager_warning(said: "probes.Said", grant: str) -> str:
+    caps = f" (the manager would with mgr 'profile rbd' on the pool: `{grant}`)"
+    return (
+        f"{said.text}: glance-api's deletes then remove their data in its own process"
+        f"{caps if said.refused else ''}"
+    )
+
+
+class Interrupted(BaseException):
+    """A signal that ends the check: the probes remove what they made on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 def run(checks: Checks, as_json: bool) -> int:
-    """oslo.upgradecheck's run of `checks`: its table or its JSON on stdout, its exit code."""
+    """oslo.upgradecheck's run of `checks`: its table or its JSON on stdout, its exit code; 128
+    plus the signal's number for a check ended by SIGINT or SIGTERM."""
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
     argv = ["upgrade", "check", *(["--json"] if as_json else [])]
+    previous = signal.signal(signal.SIGTERM, interrupted)
     try:
         return upgradecheck.main(cfg.ConfigOpts(), "glance", checks, argv, default_config_files=[])
+    except (KeyboardInterrupt, Interrupted) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        print(
+            f"{TITLE}: interrupted by {signal.Signals(signum).name}; what its probes made "
+            "was removed",
+            file=sys.stderr,
+        )
+        return 128 + signum
     finally:
+        signal.signal(signal.SIGTERM, previous)
         checks.close()
 
 

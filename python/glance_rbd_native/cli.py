@@ -2,7 +2,7 @@
 glance's rbd backends, the partial images of those whose writer is gone, and the deleted images
 whose data a process that is gone was removing; and ``check``, the pre-flight check (check.py).
 
-    glance-rbd-native check [--json] --config-file /etc/glance/glance-api.conf
+    glance-rbd-native check [--json] [--no-write] --config-file /etc/glance/glance-api.conf
     glance-rbd-native status --config-file /etc/glance/glance-api.conf
     glance-rbd-native sweep [--remove] --config-file /etc/glance/glance-api.conf
     glance-rbd-native sweep --include-unmarked --older-than 1d [--remove IMAGE... | --all-unmarked]
@@ -87,7 +87,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from glance_rbd_native import check
 
             conf, backends = read(args.config_file, args.backend, bound=check.CONNECT_TIMEOUT)
-            return check.run(check.Checks(conf, backends), args.json)
+            return check.run(check.Checks(conf, backends, args.no_write), args.json)
         conf, backends = read(args.config_file, args.backend)
         _check(args)
         if args.presume_gone_after is None:
@@ -168,6 +168,11 @@ def _parser() -> argparse.ArgumentParser:
         "table and exit codes (0 success, 1 warning, 2 failure, 255 error)",
     )
     check.add_argument("--json", action="store_true", help="the results as JSON")
+    check.add_argument(
+        "--no-write",
+        action="store_true",
+        help="write nothing to the cluster: the caps are not probed (but the manager's)",
+    )
     sweep = commands.add_parser(
         "sweep",
         parents=[common],

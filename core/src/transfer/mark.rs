@@ -217,6 +217,15 @@ pub(crate) fn identity(client: u64, address: Option<&str>) -> String {
     json
 }
 
+/// `identity` as a JSON object of its own: who marks, for a mark written by the Python side
+/// (`check`'s probes), which the sweep then judges as it judges a writer's.
+pub fn identity_object(client: u64, address: Option<&str>) -> String {
+    let mut json = identity(client, address);
+    json.pop(); // the comma the mark's own fields would follow
+    json.push('}');
+    json
+}
+
 /// Who writes, as JSON fields: host name, boot id, pid and the process's start time in clock
 /// ticks after boot (field 22 of /proc/self/stat), which together name one process for good;
 /// and the pid namespace the pid is of (its inode), and the cgroup (the container, for people).

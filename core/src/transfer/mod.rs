@@ -18,6 +18,8 @@ pub mod zeros;
 #[cfg(test)]
 mod scenarios;
 
+pub use mark::identity_object;
+
 use crate::error::{Error, Result};
 
 /// What an upload or a download refuses before it connects: no image name, or a bound of its

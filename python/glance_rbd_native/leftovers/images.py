@@ -169,6 +169,27 @@ def remove(ioctx: "rados.Ioctx", name: str, ident: str) -> str:
     return "removed"
 
 
+def remove_snapshot(ioctx: "rados.Ioctx", name: str, ident: str, snapshot: str) -> Optional[str]:
+    """Removes ``snapshot`` of image ``name`` if its id is still ``ident``, unprotecting it
+    first; None when done (or already gone), else why it was left (a clone of it)."""
+    import rbd
+
+    try:
+        with rbd.Image(ioctx, name) as image:
+            if image.id() != ident:
+                return "the name is another image's now"
+            if snapshot not in {s["name"] for s in image.list_snaps()}:
+                return None
+            if image.is_protected_snap(snapshot):
+                image.unprotect_snap(snapshot)
+            image.remove_snap(snapshot)
+    except rbd.ImageNotFound:
+        return None
+    except rbd.Error as exc:
+        return f"removing its snapshot {snapshot} failed: {exc}"
+    return None
+
+
 def _trash_entry(ioctx: "rados.Ioctx", ident: str) -> Optional[dict[str, Any]]:
     import rbd
 

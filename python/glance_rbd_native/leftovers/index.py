@@ -34,9 +34,10 @@ WRITER_OPTIONAL = {
     "given_up": float,
 }
 
-# Fields every upload's mark has, and those it may have.
+# Fields every upload's mark has, and those it may have. "probe": the snapshot `check`'s probe
+# makes of its image (probes.py), which goes with the image.
 REQUIRED = {**WRITER, "updated": float, "bytes": int}
-OPTIONAL = {**WRITER_OPTIONAL, "image_id": str, "size": int}
+OPTIONAL = {**WRITER_OPTIONAL, "image_id": str, "size": int, "probe": str}
 
 
 @dataclasses.dataclass(frozen=True)

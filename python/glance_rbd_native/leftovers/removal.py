@@ -83,6 +83,12 @@ def remove(pool: Pool, upload: Upload) -> str:
     # A fenced writer's watch goes once the OSDs have the new map.
     if (own or upload.fence) and not _unwatched(pool, upload.image, client):
         return f"{done}left: its writer's watch is still there after {UNWATCH_WAIT} s"
+    probe = upload.mark.get("probe") if upload.mark else None
+    if probe in header.snapshots:
+        # The snapshot of check's probe, the one its mark names: it goes with the image.
+        refused = images.remove_snapshot(pool.ioctx, upload.image, header.id, probe)
+        if refused:
+            return f"{done}left: {refused}"
     outcome = images.remove(pool.ioctx, upload.image, header.id)
     if outcome in ("removed", "already removed") and upload.mark is not None:
         index.remove(pool.ioctx, upload.mark)

@@ -133,8 +133,9 @@ def judge(
             ),
             False,
         )
-    if header.snapshots:
-        return "finished", f"has snapshot {', '.join(header.snapshots)}: never touched", False
+    snapshots = [s for s in header.snapshots if s != mark.get("probe")]
+    if snapshots:
+        return "finished", f"has snapshot {', '.join(snapshots)}: never touched", False
     if header.parent:
         # glance never uploads into a clone: this is someone's image made from another.
         return "finished", f"a clone of {header.parent}: never touched", False
