@@ -63,6 +63,7 @@ def test_all_well_is_success_in_oslo_upgradechecks_form(cluster, clean_pool, wel
         "Backend glance_store",
         "Backend glance_store: rados_connect_timeout",
         "Backend glance_store: caps",
+        "Backend glance_store: round trip",
         "Backend glance_store: leftovers",
     ]
     found = rows(report)
@@ -111,7 +112,7 @@ def test_the_table_and_the_options_on_either_side(cluster, clean_pool, well_set,
     done = command.run(well_set, "check")  # command.run puts --config-file after it
     assert "| glance-rbd-native check" in done.stdout
     assert "| Check: Backend glance_store" in done.stdout
-    assert done.stdout.count("| Result: Success") == 6
+    assert done.stdout.count("| Result: Success") == 7
     before = subprocess.run(
         [sys.executable, "-m", "glance_rbd_native", "--config-file", str(well_set), "check"],
         capture_output=True,
@@ -121,7 +122,7 @@ def test_the_table_and_the_options_on_either_side(cluster, clean_pool, well_set,
     )
     assert before.returncode == 0, before.stderr
     assert "| Check: Backend glance_store" in before.stdout
-    assert before.stdout.count("| Result: Success") == 6
+    assert before.stdout.count("| Result: Success") == 7
 
 
 def test_a_missing_pool_is_a_failure_that_names_it(cluster, tmp_path):

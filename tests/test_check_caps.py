@@ -154,7 +154,9 @@ def test_no_write_writes_nothing_and_asks_the_manager_alone(
     before = pool_contents(clean_pool.ioctx)
     done = command.run(confs[user], "check", "--json", "--no-write", check=False)
     assert pool_contents(clean_pool.ioctx) == before
-    (row,) = [r for r in json.loads(done.stdout)["checks"] if r["check"].endswith(": caps")]
+    checks = {r["check"]: r for r in json.loads(done.stdout)["checks"]}
+    assert checks["Backend glance_store: round trip"]["details"] == "not run (--no-write)"
+    row = checks["Backend glance_store: caps"]
     if user == "read-only":
         assert row["result"] == Code.SUCCESS
         assert row["details"] == (

@@ -323,15 +323,15 @@ UNRELEASED_HEADINGS = ("### Added", "### Changed", "### Fixed")
 
 
 def native_operations() -> set[str]:
-    """The Store methods `patch()` replaces: the keys of its `native` dict."""
+    """The Store methods `patch()` replaces: patching's `METHODS`."""
     for node in ast.walk(ast.parse(PATCHING.read_text())):
         if (
             isinstance(node, ast.Assign)
-            and [getattr(t, "id", None) for t in node.targets] == ["native"]
-            and isinstance(node.value, ast.Dict)
+            and [getattr(t, "id", None) for t in node.targets] == ["METHODS"]
+            and isinstance(node.value, ast.Tuple)
         ):
-            return {key.value for key in node.value.keys if isinstance(key, ast.Constant)}
-    raise AssertionError(f"no `native = {{...}}` in {PATCHING}")
+            return {key.value for key in node.value.elts if isinstance(key, ast.Constant)}
+    raise AssertionError(f"no `METHODS = (...)` in {PATCHING}")
 
 
 def sentences_with(doc: str, words: str) -> list[str]:

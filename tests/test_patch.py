@@ -11,7 +11,7 @@ from glance_store import capabilities, driver as store_driver
 from glance_store._drivers import rbd
 
 import glance_rbd_native
-from glance_rbd_native import download, settings, upload
+from glance_rbd_native import download, patching, settings, upload
 from tests.harness import without_libraries
 
 REPLACED = ("add", "get", "get_size")
@@ -33,6 +33,20 @@ def test_patch_is_repeat_safe_and_reversible(caplog):
     glance_rbd_native.unpatch()
     assert not glance_rbd_native.is_patched()
     assert {name: rbd.Store.__dict__[name] for name in REPLACED} == originals
+
+
+def test_the_stock_methods_are_stocks_whether_patched_or_not():
+    """What `check`'s round trip calls for each driver (patching.methods)."""
+    originals = {name: rbd.Store.__dict__[name] for name in patching.METHODS}
+    assert patching.methods(native=False) == originals
+    assert glance_rbd_native.patch()
+    try:
+        assert patching.methods(native=False) == originals
+        native = patching.methods(native=True)
+        assert set(native) == set(patching.METHODS)
+        assert native["get_size"] is rbd.Store.get_size is download.get_size
+    finally:
+        glance_rbd_native.unpatch()
 
 
 def test_patched_add_keeps_the_stock_wrappers():

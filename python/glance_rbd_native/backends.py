@@ -46,6 +46,7 @@ class Backend:
     ) -> None:
         options = compat.store_options(store)
         self.name = name
+        self.store = store
         self.pool: str = getattr(store, "pool", None) or options.rbd_store_pool
         self.conffile = options.rbd_store_ceph_conf or None
         self.user = options.rbd_store_user or None

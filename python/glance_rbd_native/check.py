@@ -5,16 +5,18 @@ its ``--json`` (``{"name", "checks": [{"check", "result", "details"}]}``) and it
 0 when every check succeeds, 1 when the worst is a Warning, 2 a Failure, 255 a check that
 raised.
 
-    glance-rbd-native check [--json] [--no-write] --config-file /etc/glance/glance-api.conf
+    glance-rbd-native check [--json] [--no-write] [--size MIB] --config-file glance-api.conf
 
 A row for glance_store (would ``patch()`` take over), one for the native module and the
-libraries it loaded on this host, and four for each rbd backend: its cluster reached as its
+libraries it loaded on this host, and five for each rbd backend: its cluster reached as its
 user, within glance's rados_connect_timeout (``CONNECT_TIMEOUT`` where it sets none, for the
 check alone), and its pool there; that timeout (a Warning where glance sets none); the caps of
 its user, proved by doing what uploads and deletes do on an image of the check's own
 (``probes``: a missing cap is a Failure naming the line that grants it, the manager's a
-Warning); and what dead processes left in the pool (a Warning naming the command that removes
-it). With ``--no-write`` nothing is written to the cluster.
+Warning); ``--size`` MiB through the stock and the native add and get, checked against the
+source and timed side by side (``round_trip``); and what dead processes left in the pool (a
+Warning naming the command that removes it). With ``--no-write`` nothing is written to the
+cluster.
 """
 
 import signal
@@ -28,6 +30,7 @@ from oslo_upgradecheck.upgradecheck import Code, Result
 
 from glance_rbd_native import compat, probes
 from glance_rbd_native.backends import Backend, Failure, connect
+from glance_rbd_native.round_trip import SIZE_MIB, RoundTrip, TripFailed
 
 if TYPE_CHECKING:
     import rados
@@ -46,10 +49,15 @@ class Checks(upgradecheck.UpgradeCommands):
     display_title = TITLE
 
     def __init__(
-        self, conf: "cfg.ConfigOpts", backends: list[Backend], no_write: bool = False
+        self,
+        conf: "cfg.ConfigOpts",
+        backends: list[Backend],
+        no_write: bool = False,
+        size_mib: int = SIZE_MIB,
     ) -> None:
         self.conf = conf
         self.no_write = no_write
+        self.size_mib = size_mib
         rows: list[tuple[str, Any]] = [
             ("glance_store", Checks.glance_store),
             ("Native module", Checks.native_module),
@@ -59,6 +67,7 @@ class Checks(upgradecheck.UpgradeCommands):
                 (f"Backend {b.name}", (Checks.backend, {"backend": b})),
                 (f"Backend {b.name}: rados_connect_timeout", (Checks.timeout, {"backend": b})),
                 (f"Backend {b.name}: caps", (Checks.caps, {"backend": b})),
+                (f"Backend {b.name}: round trip", (Checks.round_trip, {"backend": b})),
                 (f"Backend {b.name}: leftovers", (Checks.leftovers, {"backend": b})),
             ]
         self._upgrade_checks = tuple(rows)
@@ -230,6 +239,28 @@ class Checks(upgradecheck.UpgradeCommands):
         if warnings:
             return Result(Code.WARNING, "; ".join([done, *warnings]))
         return Result(Code.SUCCESS, done)
+
+    def round_trip(self, backend: Backend) -> Result:
+        """The same bytes through the stock and the native add and get (``round_trip``)."""
+        import rados
+
+        if self.no_write:
+            return Result(Code.SUCCESS, "not run (--no-write)")
+        entity = f"client.{backend.user or 'admin'}"
+        try:
+            cluster, _ = self._cluster(backend)
+            with cluster.open_ioctx(backend.pool) as ioctx:
+                stock, native = RoundTrip(backend.store, cluster, ioctx, self.size_mib).run()
+        except (Failure, rados.Error, TripFailed) as exc:
+            return Result(Code.FAILURE, f"{self.size_mib} MiB as {entity}: {exc}")
+        return Result(
+            Code.SUCCESS,
+            f"{self.size_mib} MiB as {entity} in pool {backend.pool!r}: stock add "
+            f"{stock.add:.2f} s, get {stock.get:.2f} s; native add {native.add:.2f} s "
+            f"({stock.add / native.add:.1f}x stock's speed), get {native.get:.2f} s "
+            f"({stock.get / native.get:.1f}x); both stored and read back the source's size, md5 "
+            "and sha512",
+        )
 
     def leftovers(self, backend: Backend) -> Result:
         """What dead processes left in the pool: partial uploads, and deletes not purged."""

@@ -2,7 +2,7 @@
 glance's rbd backends, the partial images of those whose writer is gone, and the deleted images
 whose data a process that is gone was removing; and ``check``, the pre-flight check (check.py).
 
-    glance-rbd-native check [--json] [--no-write] --config-file /etc/glance/glance-api.conf
+    glance-rbd-native check [--json] [--no-write] [--size MIB] --config-file glance-api.conf
     glance-rbd-native status --config-file /etc/glance/glance-api.conf
     glance-rbd-native sweep [--remove] --config-file /etc/glance/glance-api.conf
     glance-rbd-native sweep --include-unmarked --older-than 1d [--remove IMAGE... | --all-unmarked]
@@ -87,7 +87,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from glance_rbd_native import check
 
             conf, backends = read(args.config_file, args.backend, bound=check.CONNECT_TIMEOUT)
-            return check.run(check.Checks(conf, backends, args.no_write), args.json)
+            checks = check.Checks(conf, backends, args.no_write, args.size)
+            return check.run(checks, args.json)
         conf, backends = read(args.config_file, args.backend)
         _check(args)
         if args.presume_gone_after is None:
@@ -171,7 +172,15 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--no-write",
         action="store_true",
-        help="write nothing to the cluster: the caps are not probed (but the manager's)",
+        help="write nothing to the cluster: the caps are not probed (but the manager's), and "
+        "there is no round trip",
+    )
+    check.add_argument(
+        "--size",
+        type=_mebibytes,
+        default=64,
+        metavar="MIB",
+        help="the MiB of the round trip through the stock and the native driver (default 64)",
     )
     sweep = commands.add_parser(
         "sweep",
@@ -230,6 +239,16 @@ def _configuration(parser: argparse.ArgumentParser, suffix: str) -> None:
         dest="backend" + suffix,
         help="only this backend of enabled_backends (default: every rbd one)",
     )
+
+
+def _mebibytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number of MiB, 1 or more: {text!r}")
+    return value
 
 
 def _check(args: argparse.Namespace) -> None:

@@ -2,11 +2,13 @@
 ones."""
 
 import logging
+from typing import Any
 
 LOG = logging.getLogger(__name__)
 
 # The stock methods, kept on the Store class while it is patched.
 _ORIGINALS = "_glance_rbd_native_originals"
+METHODS = ("add", "get", "get_size", "delete")
 
 
 def patch(force: bool = False) -> bool:
@@ -16,10 +18,9 @@ def patch(force: bool = False) -> bool:
     Returns True when the native driver is active. An unsupported glance_store version logs a
     warning and keeps the stock driver, unless ``force`` is set.
     """
-    from glance_store import capabilities, driver as store_driver
     from glance_store._drivers import rbd
 
-    from glance_rbd_native import compat, delete, download, upload
+    from glance_rbd_native import compat
 
     if is_patched():
         return True
@@ -34,14 +35,7 @@ def patch(force: bool = False) -> bool:
             version,
         )
         return False
-    # Wrapped as stock wraps its own: add and get check the store's capabilities, and add
-    # also takes the older calling convention.
-    native = {
-        "add": store_driver.back_compat_add(capabilities.check(upload.add)),
-        "get": capabilities.check(download.get),
-        "get_size": download.get_size,
-        "delete": delete.delete,
-    }
+    native = methods(native=True)
     setattr(rbd.Store, _ORIGINALS, {name: rbd.Store.__dict__[name] for name in native})
     for name, method in native.items():
         setattr(rbd.Store, name, method)
@@ -53,6 +47,29 @@ def patch(force: bool = False) -> bool:
         version,
     )
     return True
+
+
+def methods(native: bool) -> dict[str, Any]:
+    """The native or the stock ``add``, ``get``, ``get_size`` and ``delete`` of the rbd Store,
+    as functions of a Store, whether the Store is patched or not."""
+    from glance_store import capabilities, driver as store_driver
+    from glance_store._drivers import rbd
+
+    from glance_rbd_native import delete, download, upload
+
+    if not native:
+        stock: dict[str, Any] = rbd.Store.__dict__.get(_ORIGINALS) or {
+            name: rbd.Store.__dict__[name] for name in METHODS
+        }
+        return dict(stock)
+    # Wrapped as stock wraps its own: add and get check the store's capabilities, and add
+    # also takes the older calling convention. The keys are METHODS.
+    return {
+        "add": store_driver.back_compat_add(capabilities.check(upload.add)),
+        "get": capabilities.check(download.get),
+        "get_size": download.get_size,
+        "delete": delete.delete,
+    }
 
 
 def unpatch() -> None:

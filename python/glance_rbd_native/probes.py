@@ -154,30 +154,12 @@ class Probe:
         probed.done.append(name)
 
     def _mark_upload(self, ioctx: "rados.Ioctx") -> None:
-        now = time.time()
-        fields = {"started": now, "updated": now, "bytes": 0, "probe": SNAPSHOT}
-        self.upload = self._mark(ioctx, index.INDEX, self.name, fields)
+        self.upload = mark_upload(self.cluster, ioctx, self.name, SNAPSHOT)
 
     def _mark_deletion(self, ioctx: "rados.Ioctx") -> None:
         assert self.image_id is not None
         fields = {"started": time.time(), "image": self.name, "image_id": self.image_id}
-        self.deletion = self._mark(ioctx, deletes.DELETES, self.image_id, fields)
-
-    def _mark(self, ioctx: "rados.Ioctx", obj: str, key: str, fields: dict[str, object]) -> Mark:
-        """Sets the entry `key` of index object `obj`, as glance-api's writers and deletes do:
-        who marks (this process, this connection) and `fields`."""
-        import rados
-
-        from glance_rbd_native import _native
-
-        who = json.loads(
-            _native._mark_identity(self.cluster.get_instance_id(), self.cluster.get_addrs())
-        )
-        raw = json.dumps({**who, **fields}).encode()
-        with rados.WriteOpCtx() as op:
-            ioctx.set_omap(op, (key,), (raw,))
-            ioctx.operate_write_op(op, obj)
-        return Mark(key.encode(), raw, {**who, **fields})
+        self.deletion = mark(self.cluster, ioctx, deletes.DELETES, self.image_id, fields)
 
     def _trash(self, ioctx: "rados.Ioctx") -> None:
         import rbd
@@ -238,16 +220,7 @@ class Probe:
             if self.in_trash:
                 self._trash_remove(ioctx)
             elif self.upload is not None:
-                try:
-                    with rbd.Image(ioctx, self.name) as image:
-                        names = {s["name"] for s in image.list_snaps()}
-                        if SNAPSHOT in names:
-                            if image.is_protected_snap(SNAPSHOT):
-                                image.unprotect_snap(SNAPSHOT)
-                            image.remove_snap(SNAPSHOT)
-                    rbd.RBD().remove(ioctx, self.name)
-                except rbd.ImageNotFound:
-                    pass
+                remove_image(ioctx, self.name, SNAPSHOT)
             self._unmark(ioctx, "upload")
             self._unmark(ioctx, "deletion")
         except (rbd.Error, rados.Error) as exc:
@@ -256,6 +229,47 @@ class Probe:
                 f"({exc}): `glance-rbd-native sweep --remove` removes it once this process ended"
             )
         return None
+
+
+def mark(
+    cluster: "rados.Rados", ioctx: "rados.Ioctx", obj: str, key: str, fields: dict[str, object]
+) -> Mark:
+    """Sets the entry `key` of index object `obj`, as glance-api's writers and deletes do: who
+    marks (this process, with `cluster`'s client) and `fields`."""
+    import rados
+
+    from glance_rbd_native import _native
+
+    who = json.loads(_native._mark_identity(cluster.get_instance_id(), cluster.get_addrs()))
+    raw = json.dumps({**who, **fields}).encode()
+    with rados.WriteOpCtx() as op:
+        ioctx.set_omap(op, (key,), (raw,))
+        ioctx.operate_write_op(op, obj)
+    return Mark(key.encode(), raw, {**who, **fields})
+
+
+def mark_upload(cluster: "rados.Rados", ioctx: "rados.Ioctx", name: str, snapshot: str) -> Mark:
+    """Marks image `name` as an upload of this process whose `snapshot` goes with it: until
+    the mark is dropped, `sweep --remove` removes the image (and that snapshot) once this
+    process is gone."""
+    now = time.time()
+    fields = {"started": now, "updated": now, "bytes": 0, "probe": snapshot}
+    return mark(cluster, ioctx, index.INDEX, name, fields)
+
+
+def remove_image(ioctx: "rados.Ioctx", name: str, snapshot: str) -> None:
+    """Removes image `name` and its `snapshot` (unprotected first), if they are there."""
+    import rbd
+
+    try:
+        with rbd.Image(ioctx, name) as image:
+            if snapshot in {s["name"] for s in image.list_snaps()}:
+                if image.is_protected_snap(snapshot):
+                    image.unprotect_snap(snapshot)
+                image.remove_snap(snapshot)
+        rbd.RBD().remove(ioctx, name)
+    except rbd.ImageNotFound:
+        pass
 
 
 @dataclasses.dataclass

@@ -35,7 +35,7 @@ CASES = {
     "test_stock_bugs.py": 7,
     "test_errors.py": 13,
     "test_compat.py": 24,
-    "test_patch.py": 8,
+    "test_patch.py": 9,
     "test_download.py": 17,
     "test_delete.py": 8,
 }
