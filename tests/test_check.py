@@ -13,7 +13,7 @@ import pytest
 from oslo_upgradecheck.upgradecheck import Code
 
 import glance_rbd_native
-from glance_rbd_native import check, compat
+from glance_rbd_native import check, compat, processes
 from tests.harness import command
 from tests.harness.cluster import free_port
 from tests.harness.data import new_name
@@ -60,6 +60,7 @@ def test_all_well_is_success_in_oslo_upgradechecks_form(cluster, clean_pool, wel
     assert [row["check"] for row in report["checks"]] == [
         "glance_store",
         "Native module",
+        "glance-api processes",
         "Backend glance_store",
         "Backend glance_store: rados_connect_timeout",
         "Backend glance_store: caps",
@@ -112,7 +113,7 @@ def test_the_table_and_the_options_on_either_side(cluster, clean_pool, well_set,
     done = command.run(well_set, "check")  # command.run puts --config-file after it
     assert "| glance-rbd-native check" in done.stdout
     assert "| Check: Backend glance_store" in done.stdout
-    assert done.stdout.count("| Result: Success") == 7
+    assert done.stdout.count("| Result: Success") == 8
     before = subprocess.run(
         [sys.executable, "-m", "glance_rbd_native", "--config-file", str(well_set), "check"],
         capture_output=True,
@@ -122,7 +123,7 @@ def test_the_table_and_the_options_on_either_side(cluster, clean_pool, well_set,
     )
     assert before.returncode == 0, before.stderr
     assert "| Check: Backend glance_store" in before.stdout
-    assert before.stdout.count("| Result: Success") == 7
+    assert before.stdout.count("| Result: Success") == 8
 
 
 def test_a_missing_pool_is_a_failure_that_names_it(cluster, tmp_path):
@@ -176,3 +177,35 @@ def test_a_check_that_raises_exits_255_with_the_error(monkeypatch, capsys):
     monkeypatch.setattr(check.Checks, "glance_store", broken)
     assert check.run(check.Checks(None, []), as_json=False) == 255
     assert "a check that raised" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, server",
+    [
+        (["/usr/bin/uwsgi", "--ini", "/etc/glance/glance-api-uwsgi.ini"], "uwsgi"),
+        (["/var/lib/kolla/venv/bin/glance-api"], "glance-api"),
+        (
+            ["/usr/bin/python3", "/usr/bin/glance-api", "--config-file", "/etc/glance/g.conf"],
+            "glance-api",
+        ),
+        (["gunicorn: worker [glance.wsgi.api:application]"], "gunicorn"),
+        (["uwsgi", "--wsgi-file", "/usr/bin/glance-wsgi-api"], "uwsgi"),
+        (["uwsgi", "--module", "glance.common.wsgi_app:init_app()"], "uwsgi"),
+    ],
+)
+def test_glance_api_processes_are_known_by_their_command_line(argv, server):
+    assert processes.is_glance_api(argv) and processes._server(argv) == server
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["glance-rbd-native", "check", "--config-file", "/etc/glance/glance-api.conf"],
+        ["/usr/bin/python3", "-m", "glance_rbd_native", "sweep"],
+        ["tail", "-f", "/var/log/glance/glance-api.log"],
+        ["vi", "/etc/glance/glance-api.conf"],
+        ["glance-manage", "db", "sync"],
+    ],
+)
+def test_other_processes_naming_glance_api_are_not_it(argv):
+    assert not processes.is_glance_api(argv)

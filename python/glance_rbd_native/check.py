@@ -8,15 +8,16 @@ raised.
     glance-rbd-native check [--json] [--no-write] [--size MIB] --config-file glance-api.conf
 
 A row for glance_store (would ``patch()`` take over), one for the native module and the
-libraries it loaded on this host, and five for each rbd backend: its cluster reached as its
-user, within glance's rados_connect_timeout (``CONNECT_TIMEOUT`` where it sets none, for the
-check alone), and its pool there; that timeout (a Warning where glance sets none); the caps of
-its user, proved by doing what uploads and deletes do on an image of the check's own
-(``probes``: a missing cap is a Failure naming the line that grants it, the manager's a
-Warning); ``--size`` MiB through the stock and the native add and get, checked against the
-source and timed side by side (``round_trip``); and what dead processes left in the pool (a
-Warning naming the command that removes it). With ``--no-write`` nothing is written to the
-cluster.
+libraries it loaded on this host, one for the glance-api processes running here (``processes``:
+which have the native module loaded, and which run one an upgrade replaced), and five for each
+rbd backend: its cluster reached as its user, within glance's rados_connect_timeout
+(``CONNECT_TIMEOUT`` where it sets none, for the check alone), and its pool there; that timeout
+(a Warning where glance sets none); the caps of its user, proved by doing what uploads and
+deletes do on an image of the check's own (``probes``: a missing cap is a Failure naming the
+line that grants it, the manager's a Warning); ``--size`` MiB through the stock and the native
+add and get, checked against the source and timed side by side (``round_trip``); and what dead
+processes left in the pool (a Warning naming the command that removes it). With ``--no-write``
+nothing is written to the cluster.
 """
 
 import signal
@@ -28,7 +29,7 @@ from oslo_config import cfg
 from oslo_upgradecheck import upgradecheck
 from oslo_upgradecheck.upgradecheck import Code, Result
 
-from glance_rbd_native import compat, probes
+from glance_rbd_native import compat, probes, switch
 from glance_rbd_native.backends import Backend, Failure, connect
 from glance_rbd_native.round_trip import SIZE_MIB, RoundTrip, TripFailed
 
@@ -61,6 +62,7 @@ class Checks(upgradecheck.UpgradeCommands):
         rows: list[tuple[str, Any]] = [
             ("glance_store", Checks.glance_store),
             ("Native module", Checks.native_module),
+            ("glance-api processes", Checks.glance_api_processes),
         ]
         for b in backends:
             rows += [
@@ -131,6 +133,49 @@ class Checks(upgradecheck.UpgradeCommands):
                 f"{versions['oldest_ceph']} (Pacific) or later: {details}",
             )
         return Result(Code.SUCCESS, details)
+
+    def glance_api_processes(self) -> Result:
+        """The glance-api processes of this host (``processes``): which have the native module
+        loaded, and which run one replaced since (an upgrade: restart them)."""
+        from glance_rbd_native import processes
+
+        found = processes.find()
+        if not found:
+            return Result(Code.SUCCESS, "no glance-api process on this host")
+        warn = False
+        said = []
+        for process in found:
+            who = f"pid {process.pid}"
+            if process.inner_pid is not None:
+                who += f" (pid {process.inner_pid} in its pid namespace)"
+            who += f" {process.server}"
+            if process.workers:
+                who += f", master of {', '.join(map(str, process.workers))}"
+            module, replaced = process.module, process.replaced("/proc")
+            if module is not None and replaced:
+                warn = True
+                state = (
+                    f"runs the native module it loaded from {module.path}, {replaced}: restart "
+                    "it to run the one installed"
+                )
+            elif module is not None:
+                state = f"native module loaded from {module.path}, the file installed there"
+            elif process.workers:
+                state = "no native module (its workers load the app)"
+            elif process.switch:
+                warn = True
+                state = (
+                    f"{switch.ENV} is set but the native module is not loaded: is the package "
+                    "installed for its Python?"
+                )
+            else:
+                state = "no native module: the stock driver"
+            said.append(f"{who}: {state}")
+        native = sum(1 for p in found if p.module is not None)
+        return Result(
+            Code.WARNING if warn else Code.SUCCESS,
+            f"{len(found)} on this host, {native} with the native module: {'; '.join(said)}",
+        )
 
     def backend(self, backend: Backend) -> Result:
         """The backend's cluster answers its user, and its pool is there."""

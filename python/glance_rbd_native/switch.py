@@ -14,11 +14,13 @@ from glance_rbd_native import import_hooks
 LOG = logging.getLogger(__name__)
 
 ENV = "GLANCE_RBD_NATIVE"
+# The values that turn it on (any case, blanks around).
+ON = ("1", "true", "yes", "on")
 TARGET = "glance_store._drivers.rbd"
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return os.environ.get(ENV, "").strip().lower() in ON
 
 
 def install() -> None:
