@@ -61,6 +61,7 @@ def test_all_well_is_success_in_oslo_upgradechecks_form(cluster, clean_pool, wel
         "glance_store",
         "Native module",
         "glance-api processes",
+        "max_in_flight_mib",
         "Backend glance_store",
         "Backend glance_store: rados_connect_timeout",
         "Backend glance_store: caps",
@@ -81,6 +82,7 @@ def test_all_well_is_success_in_oslo_upgradechecks_form(cluster, clean_pool, wel
     )
     assert f"pool {cluster.pool!r} is there" in found["Backend glance_store"][1]
     assert found["Backend glance_store: rados_connect_timeout"][1].startswith("30 s: ")
+    assert found["max_in_flight_mib"][1].startswith("64 MiB per glance-api process, ")
 
 
 def test_no_rados_connect_timeout_is_a_warning_that_says_what_to_set(cluster, conf_file):
@@ -113,7 +115,7 @@ def test_the_table_and_the_options_on_either_side(cluster, clean_pool, well_set,
     done = command.run(well_set, "check")  # command.run puts --config-file after it
     assert "| glance-rbd-native check" in done.stdout
     assert "| Check: Backend glance_store" in done.stdout
-    assert done.stdout.count("| Result: Success") == 8
+    assert done.stdout.count("| Result: Success") == 9
     before = subprocess.run(
         [sys.executable, "-m", "glance_rbd_native", "--config-file", str(well_set), "check"],
         capture_output=True,
@@ -123,7 +125,36 @@ def test_the_table_and_the_options_on_either_side(cluster, clean_pool, well_set,
     )
     assert before.returncode == 0, before.stderr
     assert "| Check: Backend glance_store" in before.stdout
-    assert before.stdout.count("| Result: Success") == 8
+    assert before.stdout.count("| Result: Success") == 9
+
+
+@pytest.mark.parametrize("mib", ["8", "memory"])
+def test_an_in_flight_bound_that_hurts_is_a_warning_that_says_why(cluster, tmp_path, mib):
+    """Fewer than two chunks (each upload loses its overlap), or more than half the host's
+    memory for its glance-api processes."""
+    memory = check._memory_mib()
+    bound = 8 if mib == "8" else 2 * memory
+    conf = glance_api_conf(
+        tmp_path / "glance-api.conf",
+        cluster.pool,
+        "admin",
+        cluster.conf_path,
+        f"rados_connect_timeout = 30\n[glance_rbd_native]\nmax_in_flight_mib = {bound}\n",
+    )
+    result, details = rows(checked(conf, "--no-write", status=1))["max_in_flight_mib"]
+    assert result == Code.WARNING
+    assert details.startswith(f"{bound} MiB per glance-api process, ")
+    assert f"of this host's {memory} MiB; chunks of 8 MiB; " in details
+    if mib == "8":
+        assert details.endswith(
+            "it holds fewer than two 8 MiB chunks: an upload then has one write in flight at a "
+            "time, and loses the native writer's overlap (the default, 64, keeps it)"
+        )
+    else:
+        assert details.endswith(
+            "the transfers of its processes may hold more than half this host's memory: lower "
+            "max_in_flight_mib, or the workers"
+        )
 
 
 def test_a_missing_pool_is_a_failure_that_names_it(cluster, tmp_path):

@@ -9,7 +9,8 @@ raised.
 
 A row for glance_store (would ``patch()`` take over), one for the native module and the
 libraries it loaded on this host, one for the glance-api processes running here (``processes``:
-which have the native module loaded, and which run one an upgrade replaced), and five for each
+which have the native module loaded, and which run one an upgrade replaced), one for the
+in-flight bound against the chunks and this host's memory, and five for each
 rbd backend: its cluster reached as its user, within glance's rados_connect_timeout
 (``CONNECT_TIMEOUT`` where it sets none, for the check alone), and its pool there; that timeout
 (a Warning where glance sets none); the caps of its user, proved by doing what uploads and
@@ -63,6 +64,7 @@ class Checks(upgradecheck.UpgradeCommands):
             ("glance_store", Checks.glance_store),
             ("Native module", Checks.native_module),
             ("glance-api processes", Checks.glance_api_processes),
+            ("max_in_flight_mib", (Checks.in_flight, {"backends": backends})),
         ]
         for b in backends:
             rows += [
@@ -176,6 +178,37 @@ class Checks(upgradecheck.UpgradeCommands):
             Code.WARNING if warn else Code.SUCCESS,
             f"{len(found)} on this host, {native} with the native module: {'; '.join(said)}",
         )
+
+    def in_flight(self, backends: list[Backend]) -> Result:
+        """The in-flight bound of glance-api's configuration against its chunks and this host:
+        each glance-api process holds up to its own bound."""
+        from glance_rbd_native import processes, settings
+
+        bound = settings.max_in_flight(self.conf) >> 20
+        chunk = max((b.store.WRITE_CHUNKSIZE >> 20 for b in backends), default=8)
+        found = sum(1 for p in processes.find() if not p.workers)
+        memory = _memory_mib()
+        held = max(1, found) * bound
+        said = (
+            f"{bound} MiB per glance-api process, {found} serving on this host"
+            f"{'' if found else ' (counted as one)'}: up to {held} MiB held by transfers at "
+            f"once, of this host's {memory} MiB; chunks of {chunk} MiB"
+        )
+        hurts = []
+        if bound < 2 * chunk:
+            hurts.append(
+                f"it holds fewer than two {chunk} MiB chunks: an upload then has one write in "
+                "flight at a time, and loses the native writer's overlap (the default, 64, "
+                "keeps it)"
+            )
+        if held * 2 > memory:
+            hurts.append(
+                "the transfers of its processes may hold more than half this host's memory: "
+                "lower max_in_flight_mib, or the workers"
+            )
+        if hurts:
+            return Result(Code.WARNING, f"{said}; {'; '.join(hurts)}")
+        return Result(Code.SUCCESS, said)
 
     def backend(self, backend: Backend) -> Result:
         """The backend's cluster answers its user, and its pool is there."""
@@ -375,6 +408,15 @@ def run(checks: Checks, as_json: bool) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         checks.close()
+
+
+def _memory_mib() -> int:
+    """This host's memory (MemTotal), in MiB."""
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) >> 10
+    return 0
 
 
 def _loaded(versions: "_Versions") -> str:
