@@ -161,7 +161,7 @@ class Checks(upgradecheck.UpgradeCommands):
                     "it to run the one installed"
                 )
             elif module is not None:
-                state = f"native module loaded from {module.path}, the file installed there"
+                state = f"native module loaded from {module.path}, not replaced since"
             elif process.workers:
                 state = "no native module (its workers load the app)"
             elif process.switch:

@@ -42,6 +42,7 @@ MANAGER_REMOVES_WITHIN = 30
 # cap unanswered).
 REFUSED = {errno.EPERM, errno.EACCES}
 UNANSWERED = {errno.ETIMEDOUT}
+NOT_YET = {errno.EAGAIN, errno.EOPNOTSUPP}
 
 
 @dataclasses.dataclass
@@ -297,14 +298,21 @@ def ask_manager(
         private = manager()
     except rados.Error as exc:
         return Said(f"no connection to ask the Ceph manager: {exc}")
+    deadline = time.monotonic() + MANAGER_WAIT
     try:
-        ret, _, status = private.mgr_command(json.dumps(command), b"")
-    except rados.Error as exc:
-        ret, status = error_number(exc) or errno.EIO, str(exc)
+        while True:
+            try:
+                ret, _, status = private.mgr_command(json.dumps(command), b"")
+            except rados.Error as exc:
+                ret, status = error_number(exc) or errno.EIO, str(exc)
+            # The binding returns librados' -errno as it is, or positive: one errno either way.
+            code = abs(ret)
+            # A manager just started answers so until its rbd_support module is up.
+            if code not in NOT_YET or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
     finally:
         private.shutdown()
-    # The binding returns librados' -errno as it is, or positive: either way, one errno.
-    code = abs(ret)
     if code == 0:
         return None
     prefix = command["prefix"]

@@ -47,7 +47,11 @@ class Process:
     workers: list[int] = dataclasses.field(default_factory=list)
 
     def replaced(self, proc: str) -> Optional[str]:
-        """Why the module it runs is no longer the installed file, or None."""
+        """Why the module it runs is no longer the installed file, or None. An upgrade renames
+        a new file over the old, which the kernel then calls deleted in the map; a path that
+        reads as another file through the process's root is one too. (A process of another
+        mount namespace may show a path of its own namespace's, not reachable from here: then
+        the map alone says.)"""
         if self.module is None:
             return None
         if self.module.deleted:
@@ -55,7 +59,7 @@ class Process:
         try:
             now = os.stat(f"{proc}/{self.pid}/root{self.module.path}")
         except OSError:
-            return "no longer there"
+            return None
         if now.st_ino != self.module.inode:
             return "another file now"
         return None

@@ -8,6 +8,7 @@ client's chunk at or past 8 MiB (or the whole body, if shorter). The stock 4.1 d
 image of unknown size by one 8 MiB step before its first write (bug 1916482), so every chunking
 that does not divide 8 MiB fails with "RBD incomplete write"."""
 
+import json
 import pathlib
 import re
 
@@ -190,3 +191,44 @@ def test_a_bare_assignment_is_not_enough(api, debian_root, cluster, clean_pool):
         assert_stored(api, cluster, image_id, data)  # and no native writer in the log
     finally:
         api.delete(image_id)
+
+
+@pytest.mark.parametrize("api", ["uwsgi"], indirect=True)
+def test_check_on_debians_own_glance(api, debian_root, cluster, clean_pool, manager):
+    """`glance-rbd-native check` as an operator runs it on this host, against Debian's running
+    glance-api and its glance-api.conf: glance_store 4.1.0 is patched, each uWSGI worker runs
+    the packaged module, the caps and the round trip go through, and nothing is left."""
+    done = debian_root.run(
+        "glance-rbd-native",
+        "check",
+        "--json",
+        "--size",
+        "16",
+        "--config-file",
+        "/etc/glance/glance-api.conf",
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    rows = {r["check"]: (r["result"], r["details"]) for r in json.loads(done.stdout)["checks"]}
+    assert max(result for result, _ in rows.values()) == done.returncode
+    assert rows["glance_store"][1].startswith("glance_store 4.1.0: patch() takes over")
+    workers = [
+        int(pid)
+        for pid in pathlib.Path(f"/proc/{api.pid}/task/{api.pid}/children").read_text().split()
+    ]
+    assert len(workers) == 8  # Debian's ini: processes = 8
+    result, details = rows["glance-api processes"]
+    assert result == 0, details
+    # Its map names the file by its path in the mount namespace the init script made: the
+    # root's directory on the host.
+    module = r"\S*/usr/lib/python3/dist-packages/glance_rbd_native/_native\.abi3\.so"
+    for worker in workers:
+        assert re.search(
+            rf"pid {worker} uwsgi_python311: native module loaded from {module}, not replaced "
+            "since(;|$)",
+            details,
+        ), details
+    assert rows["Backend glance_store: caps"][0] == 0, rows["Backend glance_store: caps"]
+    result, details = rows["Backend glance_store: round trip"]
+    assert result == 0 and details.startswith("16 MiB as client.admin in pool "), details
+    assert not [n for n in clean_pool.names() if n.startswith("glance-rbd-native-check.")]

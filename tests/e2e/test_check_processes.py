@@ -22,7 +22,7 @@ pytestmark = [
 ]
 
 INSTALLED = pathlib.Path(_native.__file__)
-NATIVE = "native module loaded from {path}, the file installed there"
+NATIVE = "native module loaded from {path}, not replaced since"
 
 
 def processes_row(conf_file):
