@@ -11,14 +11,13 @@ import sys
 
 import pytest
 import rados
-import rbd
 from oslo_upgradecheck.upgradecheck import Code
 
-from glance_rbd_native import probes
 from glance_rbd_native.leftovers import deletes, index
 from tests.harness import command
 from tests.harness.cephx import Case, glance_caps, make_user
 from tests.harness.stores import glance_api_conf
+from tests.harness.trash import probes_left
 
 pytestmark = pytest.mark.cluster
 
@@ -42,16 +41,22 @@ USERS = {
 # Runs the command with the probe's steps wrapped: the signal given is sent to the process
 # itself right after the step named has been done.
 SIGNALLED_AFTER = """
-import os, sys
+import os, signal, sys
 from glance_rbd_native import cli, probes
-after, signum = sys.argv[1], int(sys.argv[2])
+after, signum, within = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "within"
+# Python leaves SIGINT ignored where its parent did (a background job).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 step = probes.Probe._step
 def signalled(self, probed, name, call):
+    if name == after and within:
+        # As librbd's call returns, before the probe has taken note of it.
+        step(self, probed, name, lambda: (call(), os.kill(os.getpid(), signum)))
+        return
     step(self, probed, name, call)
     if name == after:
         os.kill(os.getpid(), signum)
 probes.Probe._step = signalled
-sys.exit(cli.main(sys.argv[3:]))
+sys.exit(cli.main(sys.argv[4:]))
 """
 
 
@@ -69,31 +74,14 @@ def confs(cluster, tmp_path_factory):
 
 
 def caps_row(conf_file, *args, status):
-    done = command.run(conf_file, "check", "--json", *args, status=status)
-    (row,) = [r for r in json.loads(done.stdout)["checks"] if r["check"].endswith(": caps")]
+    """The caps row of `check`, which must exit with `status` (`command.check_report`)."""
+    report = command.check_report(conf_file, *args, status=status)
+    (row,) = [r for r in report["checks"] if r["check"].endswith(": caps")]
     return row["result"], row["details"]
 
 
 def grant(cluster, user):
     return f"`ceph auth caps client.check-{user} {CAPS.format(pool=cluster.pool)}`"
-
-
-def probes_left(ioctx):
-    """What probes left in the pool: images, trash entries, and the marks of either."""
-    left = [name for name in rbd.RBD().list(ioctx) if name.startswith(probes.PREFIX)]
-    left += [
-        f"trash {entry['id']} ({entry['name']})"
-        for entry in rbd.RBD().trash_list(ioctx)
-        if entry["name"].startswith(probes.PREFIX)
-    ]
-    left += [f"upload mark {name}" for name in index.read(ioctx) if name.startswith(probes.PREFIX)]
-    deleting = index.read(ioctx, deletes.DELETES, deletes.REQUIRED, deletes.OPTIONAL)
-    left += [
-        f"delete mark {key} ({mark.get('image')})"
-        for key, mark in deleting.items()
-        if str(mark.get("image", "")).startswith(probes.PREFIX)
-    ]
-    return left
 
 
 def pool_contents(ioctx):
@@ -168,10 +156,11 @@ def test_no_write_writes_nothing_and_asks_the_manager_alone(
         assert row["details"].startswith("the Ceph manager refused `rbd task list`")
 
 
-def signalled_after(conf_file, step, signum):
+def signalled_after(conf_file, step, signum, within=False):
     argv = ["check", "--json", "--config-file", str(conf_file)]
+    where = "within" if within else "after"
     return subprocess.run(
-        [sys.executable, "-c", SIGNALLED_AFTER, step, str(signum), *argv],
+        [sys.executable, "-c", SIGNALLED_AFTER, step, str(signum), where, *argv],
         capture_output=True,
         text=True,
         timeout=120,
@@ -194,9 +183,18 @@ def test_a_check_killed_after_any_step_leaves_what_sweep_remove_reclaims(
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("step", ["write", "protect", "move to the trash"])
-def test_a_check_interrupted_removes_what_it_made(cluster, clean_pool, confs, step, signum):
-    interrupted = signalled_after(confs["good"], step, signum)
+@pytest.mark.parametrize(
+    "step, within",
+    [
+        ("write", False),
+        ("protect", False),
+        ("move to the trash", False),
+        ("move to the trash", True),
+    ],
+    ids=["after write", "after protect", "after the move", "as the move returns"],
+)
+def test_a_check_interrupted_removes_what_it_made(cluster, clean_pool, confs, step, within, signum):
+    interrupted = signalled_after(confs["good"], step, signum, within)
     assert interrupted.returncode == 128 + signum, interrupted.stderr
     assert interrupted.stderr.strip() == (
         f"glance-rbd-native check: interrupted by {signal.Signals(signum).name}; what its "

@@ -60,6 +60,8 @@ class Checks(upgradecheck.UpgradeCommands):
         self.conf = conf
         self.no_write = no_write
         self.size_mib = size_mib
+        # What the probes and round trips could not remove, whatever ended them.
+        self.left_behind: list[str] = []
         rows: list[tuple[str, Any]] = [
             ("glance_store", Checks.glance_store),
             ("Native module", Checks.native_module),
@@ -162,6 +164,8 @@ class Checks(upgradecheck.UpgradeCommands):
                 )
             elif module is not None:
                 state = f"native module loaded from {module.path}, not replaced since"
+            elif not process.readable:
+                state = "cannot tell: its memory map cannot be read by this user (run as root)"
             elif process.workers:
                 state = "no native module (its workers load the app)"
             elif process.switch:
@@ -284,7 +288,10 @@ class Checks(upgradecheck.UpgradeCommands):
                 f"the Ceph manager answers {entity}'s `rbd task list`; nothing else probed "
                 "(--no-write)",
             )
-        probed = probes.Probe(cluster, backend.pool, manager).run()
+        try:
+            probed = probes.Probe(cluster, backend.pool, manager, self.left_behind).run()
+        except rados.Error as exc:  # its pool could not be opened
+            return Result(Code.FAILURE, f"not probed: {exc}")
         left = f"; left behind: {probed.left}" if probed.left else ""
         if probed.refused is not None:
             step, refusal = probed.refused
@@ -321,24 +328,29 @@ class Checks(upgradecheck.UpgradeCommands):
     def round_trip(self, backend: Backend) -> Result:
         """The same bytes through the stock and the native add and get (``round_trip``)."""
         import rados
+        import rbd
 
         if self.no_write:
             return Result(Code.SUCCESS, "not run (--no-write)")
         entity = f"client.{backend.user or 'admin'}"
         try:
             cluster, _ = self._cluster(backend)
+            left = len(self.left_behind)
             with cluster.open_ioctx(backend.pool) as ioctx:
-                stock, native = RoundTrip(backend.store, cluster, ioctx, self.size_mib).run()
-        except (Failure, rados.Error, TripFailed) as exc:
+                trip = RoundTrip(backend.store, cluster, ioctx, self.size_mib, self.left_behind)
+                stock, native = trip.run()
+        except (Failure, rados.Error, rbd.Error, TripFailed) as exc:
             return Result(Code.FAILURE, f"{self.size_mib} MiB as {entity}: {exc}")
-        return Result(
-            Code.SUCCESS,
+        said = (
             f"{self.size_mib} MiB as {entity} in pool {backend.pool!r}: stock add "
             f"{stock.add:.2f} s, get {stock.get:.2f} s; native add {native.add:.2f} s "
-            f"({stock.add / native.add:.1f}x stock's speed), get {native.get:.2f} s "
-            f"({stock.get / native.get:.1f}x); both stored and read back the source's size, md5 "
-            "and sha512",
+            f"({_ratio(stock.add, native.add)} stock's speed), get {native.get:.2f} s "
+            f"({_ratio(stock.get, native.get)}); both stored and read back the source's size, "
+            "md5 and sha512"
         )
+        if len(self.left_behind) > left:
+            return Result(Code.WARNING, f"{said}; left behind: {self.left_behind[-1]}")
+        return Result(Code.SUCCESS, said)
 
     def leftovers(self, backend: Backend) -> Result:
         """What dead processes left in the pool: partial uploads, and deletes not purged."""
@@ -399,15 +411,20 @@ def run(checks: Checks, as_json: bool) -> int:
         return upgradecheck.main(cfg.ConfigOpts(), "glance", checks, argv, default_config_files=[])
     except (KeyboardInterrupt, Interrupted) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        left = "; ".join(checks.left_behind)
         print(
-            f"{TITLE}: interrupted by {signal.Signals(signum).name}; what its probes made "
-            "was removed",
+            f"{TITLE}: interrupted by {signal.Signals(signum).name}; "
+            + (f"left behind: {left}" if left else "what its probes made was removed"),
             file=sys.stderr,
         )
         return 128 + signum
     finally:
         signal.signal(signal.SIGTERM, previous)
         checks.close()
+
+
+def _ratio(stock: float, native: float) -> str:
+    return f"{stock / max(native, 1e-6):.1f}x"
 
 
 def _memory_mib() -> int:

@@ -18,11 +18,13 @@ what it made itself. ``--no-write`` asks the manager ``rbd task list`` alone, wh
 nothing.
 """
 
+import contextlib
 import dataclasses
 import errno
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Callable, Optional
 
 from glance_rbd_native.leftovers import deletes, index
@@ -93,18 +95,25 @@ class Probe:
         cluster: "rados.Rados",
         pool: str,
         manager: Callable[[], "rados.Rados"],
+        left_behind: Optional[list[str]] = None,
     ) -> None:
         self.cluster = cluster
         self.pool = pool
+        # Where to say what could not be removed, whatever ends the probe.
+        self.left_behind = left_behind if left_behind is not None else []
         # A connection whose operations time out after MANAGER_WAIT, for the manager alone.
         self.manager = manager
         self.name = f"{PREFIX}{uuid.uuid4()}"
         self.image_id: Optional[str] = None
         self.upload: Optional[Mark] = None
         self.deletion: Optional[Mark] = None
-        self.in_trash = False
 
     def run(self) -> Probed:
+        """The probes, and what they found. What the image became is removed whatever ends
+        them (a refusal, an error, a signal); `Probed.left` says what could not be."""
+        import rados
+        import rbd
+
         probed = Probed()
         started = time.monotonic()
         with self.cluster.open_ioctx(self.pool) as ioctx:
@@ -112,9 +121,13 @@ class Probe:
                 self._steps(ioctx, probed)
             except _Refused as refused:
                 probed.refused = (refused.step, refused.cause)
+            except (rbd.Error, rados.Error) as exc:
+                probed.refused = ("the probe", exc)
             finally:
-                # Refused, interrupted or done: whatever is left of the image goes.
-                probed.left = self._clean(ioctx)
+                with signals_held():
+                    probed.left = self._clean(ioctx)
+                if probed.left:
+                    self.left_behind.append(probed.left)
         probed.seconds = time.monotonic() - started
         return probed
 
@@ -134,7 +147,7 @@ class Probe:
             step("unprotect", lambda: image.unprotect_snap(SNAPSHOT))
             step("remove the snapshot", lambda: image.remove_snap(SNAPSHOT))
         step("mark the delete", lambda: self._mark_deletion(ioctx))
-        step("move to the trash", lambda: self._trash(ioctx))
+        step("move to the trash", lambda: rbd.RBD().trash_move(ioctx, self.name, 0))
         self._unmark(ioctx, "upload")
         probed.manager = self._by_manager(ioctx)
         if probed.manager is None:
@@ -162,12 +175,6 @@ class Probe:
         fields = {"started": time.time(), "image": self.name, "image_id": self.image_id}
         self.deletion = mark(self.cluster, ioctx, deletes.DELETES, self.image_id, fields)
 
-    def _trash(self, ioctx: "rados.Ioctx") -> None:
-        import rbd
-
-        rbd.RBD().trash_move(ioctx, self.name, 0)
-        self.in_trash = True
-
     def _trash_remove(self, ioctx: "rados.Ioctx") -> None:
         import rbd
 
@@ -175,7 +182,6 @@ class Probe:
             rbd.RBD().trash_remove(ioctx, self.image_id)
         except rbd.ImageNotFound:
             pass  # the manager's, after all
-        self.in_trash = False
 
     def _by_manager(self, ioctx: "rados.Ioctx") -> Optional["Said"]:
         """Asks the manager to remove the probe's trash entry, as glance-api's deletes do; None
@@ -195,7 +201,6 @@ class Probe:
             try:
                 rbd.RBD().trash_get(ioctx, self.image_id)
             except rbd.ImageNotFound:
-                self.in_trash = False
                 return None
             time.sleep(0.2)
         return Said(
@@ -212,16 +217,17 @@ class Probe:
             self.deletion = None
 
     def _clean(self, ioctx: "rados.Ioctx") -> Optional[str]:
-        """Removes what the probe made and did not remove; None when nothing is left, else what
-        is, which its marks name to ``sweep --remove``."""
+        """Removes what the probe made and did not remove, under its name or in the trash, then
+        its marks; None when nothing is left, else what is, which its marks name to ``sweep
+        --remove``."""
         import rados
         import rbd
 
         try:
-            if self.in_trash:
-                self._trash_remove(ioctx)
-            elif self.upload is not None:
+            if self.upload is not None or self.image_id is not None:
                 remove_image(ioctx, self.name, SNAPSHOT)
+            if self.image_id is not None:
+                self._trash_remove(ioctx)
             self._unmark(ioctx, "upload")
             self._unmark(ioctx, "deletion")
         except (rbd.Error, rados.Error) as exc:
@@ -230,6 +236,23 @@ class Probe:
                 f"({exc}): `glance-rbd-native sweep --remove` removes it once this process ended"
             )
         return None
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait while the block runs (a cleanup), and come after it."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def mark(

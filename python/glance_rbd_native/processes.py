@@ -2,12 +2,14 @@
 the native module loaded, and whether that module is still the file installed where it was
 loaded from (an upgrade replaces it: the process then runs the old one until restarted).
 
-A glance-api process is one whose command line names glance's API: its eventlet server (an
-argument named ``glance-api``), a uWSGI ini named ``glance-api*.ini``, or the WSGI app
-(``glance.wsgi.api``, ``glance.common.wsgi_app``, ``glance-wsgi-api``), as Debian's packages,
-kolla and devstack run it; uWSGI and gunicorn workers keep their master's. Processes in
-containers are seen from the host (their files through ``/proc/PID/root``); from inside a
-container, those of its own pid namespace.
+A glance-api process is one whose command line runs glance's API: its eventlet server
+(``glance-api``, or ``glance-wsgi-api``), or uWSGI or gunicorn given a ``glance-api*.ini`` or
+the WSGI app (``glance.wsgi.api``, ``glance.common.wsgi_app``, ``glance-wsgi-api``), as
+Debian's packages, kolla and devstack run it; uWSGI and gunicorn workers keep their master's
+(gunicorn's process titles too). Processes in containers are seen from the host (their files
+through ``/proc/PID/root``); from inside a container, those of its own pid namespace. A
+process whose memory map this user cannot read (another user's, without root) is listed as
+such.
 """
 
 import dataclasses
@@ -17,16 +19,19 @@ from typing import Optional
 from glance_rbd_native import switch
 
 APP_NAMES = ("glance.wsgi.api", "glance.common.wsgi_app", "glance-wsgi-api")
-# The package's own commands name glance-api.conf, and are not glance-api.
-OWN_COMMANDS = ("glance_rbd_native", "glance-rbd-native")
+# glance's own servers, and those that serve its WSGI app.
+SERVERS = ("glance-api", "glance-wsgi-api")
+APP_SERVERS = ("uwsgi", "gunicorn")
 
 
 @dataclasses.dataclass
 class Module:
     """The native module as a process mapped it: the path it loaded it from (in its mount
-    namespace), and the file's inode then."""
+    namespace, or its host's path where that namespace is not this one's), and the file's
+    device and inode then."""
 
     path: str
+    device: tuple[int, int]
     inode: int
     deleted: bool
 
@@ -36,7 +41,9 @@ class Process:
     pid: int
     parent: int
     server: str
+    # None: none mapped; or its map could not be read (`readable`).
     module: Optional[Module]
+    readable: bool
     # Whether GLANCE_RBD_NATIVE is on in the environment it started with; None where this user
     # cannot read it. Not seen: one uWSGI's `env` option sets, or where gunicorn's process
     # titles wrote over it.
@@ -60,21 +67,43 @@ class Process:
             now = os.stat(f"{proc}/{self.pid}/root{self.module.path}")
         except OSError:
             return None
+        # Another device: overlayfs (a container's image) maps the file of its layer, which
+        # its own inode numbers need not match; only the map's word counts there.
+        if (os.major(now.st_dev), os.minor(now.st_dev)) != self.module.device:
+            return None
         if now.st_ino != self.module.inode:
             return "another file now"
         return None
 
 
 def is_glance_api(argv: list[str]) -> bool:
-    if any(own in arg for arg in argv for own in OWN_COMMANDS):
-        return False
-    for arg in argv:
-        name = os.path.basename(arg)
-        if name == "glance-api" or (name.startswith("glance-api") and name.endswith(".ini")):
-            return True
-        if any(app in arg for app in APP_NAMES):
-            return True
+    """Whether command line `argv` runs glance's API (the module's docstring)."""
+    program, arguments = _program(argv)
+    if program in SERVERS:
+        return True
+    if program.startswith(APP_SERVERS):
+        for arg in [argv[0], *arguments]:
+            name = os.path.basename(arg)
+            if name.startswith("glance-api") and name.endswith(".ini"):
+                return True
+            if any(app in arg for app in APP_NAMES):
+                return True
     return False
+
+
+def _program(argv: list[str]) -> tuple[str, list[str]]:
+    """The program `argv` runs (the script or module a Python runs; the first word of a
+    gunicorn process's title, "gunicorn: worker [app]"), and its arguments."""
+    words = argv[0].split() if argv else []
+    if not words:
+        return "", []
+    name = os.path.basename(words[0]).rstrip(":")
+    rest = argv[1:]
+    if name.startswith("python") and rest:
+        if rest[0] == "-m" and len(rest) > 1:
+            return rest[1], rest[2:]
+        return os.path.basename(rest[0]), rest[1:]
+    return name, rest
 
 
 def find(proc: str = "/proc") -> list[Process]:
@@ -83,15 +112,17 @@ def find(proc: str = "/proc") -> list[Process]:
     for entry in os.listdir(proc):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
-        argv = _read(f"{proc}/{entry}/cmdline").split("\0")
+        argv = (_read(f"{proc}/{entry}/cmdline") or "").split("\0")
         if not is_glance_api(argv):
             continue
         pid = int(entry)
+        maps = _read(f"{proc}/{entry}/maps")
         found[pid] = Process(
             pid,
             _parent(proc, entry),
-            _server(argv),
-            _module(proc, entry),
+            _program(argv)[0],
+            _module(maps or ""),
+            maps is not None,
             _switch(proc, entry),
             _inner_pid(proc, entry),
         )
@@ -101,31 +132,22 @@ def find(proc: str = "/proc") -> list[Process]:
     return [found[pid] for pid in sorted(found)]
 
 
-def _server(argv: list[str]) -> str:
-    """What serves: uwsgi, gunicorn (whose processes retitle themselves "gunicorn: worker
-    [...]"), or the script a Python runs (glance-api)."""
-    words = argv[0].split()
-    name = os.path.basename(words[0]).rstrip(":") if words else "?"
-    if name.startswith("python") and len(argv) > 1 and argv[1]:
-        return os.path.basename(argv[1])
-    return name
-
-
-def _read(path: str) -> str:
+def _read(path: str) -> Optional[str]:
+    """The text of `path`; None if it cannot be read (gone meanwhile, not this user's)."""
     try:
         with open(path, "rb") as file:
             return file.read().decode("utf-8", "replace")
     except OSError:
-        return ""  # gone meanwhile, or not this user's to read
+        return None
 
 
 def _parent(proc: str, pid: str) -> int:
-    fields = _read(f"{proc}/{pid}/stat").rsplit(")", 1)[-1].split()
+    fields = (_read(f"{proc}/{pid}/stat") or "").rsplit(")", 1)[-1].split()
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
 
 
 def _inner_pid(proc: str, pid: str) -> Optional[int]:
-    for line in _read(f"{proc}/{pid}/status").splitlines():
+    for line in (_read(f"{proc}/{pid}/status") or "").splitlines():
         if line.startswith("NSpid:"):
             pids = line.split()[1:]
             return int(pids[-1]) if len(pids) > 1 else None
@@ -143,9 +165,9 @@ def _switch(proc: str, pid: str) -> Optional[bool]:
     return False
 
 
-def _module(proc: str, pid: str) -> Optional[Module]:
-    """The native module in the memory map of process `pid`, if it loaded it."""
-    for line in _read(f"{proc}/{pid}/maps").splitlines():
+def _module(maps: str) -> Optional[Module]:
+    """The native module in a process's memory map (`maps`), if it loaded it."""
+    for line in maps.splitlines():
         fields = line.split(maxsplit=5)
         if len(fields) < 6:
             continue
@@ -154,5 +176,6 @@ def _module(proc: str, pid: str) -> Optional[Module]:
         path = path.removesuffix(" (deleted)")
         directory, name = os.path.split(path)
         if name.startswith("_native.") and os.path.basename(directory) == "glance_rbd_native":
-            return Module(path, int(fields[4]), deleted)
+            major, _, minor = fields[3].partition(":")
+            return Module(path, (int(major, 16), int(minor, 16)), int(fields[4]), deleted)
     return None

@@ -25,6 +25,7 @@ from tests.clients import (
     wait_status,
 )
 from tests.harness.data import MiB, data_of
+from tests.harness.trash import probes_left
 from tests.harness.waiting import wait_for
 
 RELEASE = BOOKWORM
@@ -217,8 +218,9 @@ def test_check_on_debians_own_glance(api, debian_root, cluster, clean_pool, mana
         for pid in pathlib.Path(f"/proc/{api.pid}/task/{api.pid}/children").read_text().split()
     ]
     assert len(workers) == 8  # Debian's ini: processes = 8
-    result, details = rows["glance-api processes"]
-    assert result == 0, details
+    # The row's result is the host's (the other lane's servers may be starting): its workers'
+    # lines are this server's.
+    details = rows["glance-api processes"][1]
     # Its map names the file by its path in the mount namespace the init script made: the
     # root's directory on the host.
     module = r"\S*/usr/lib/python3/dist-packages/glance_rbd_native/_native\.abi3\.so"
@@ -231,4 +233,4 @@ def test_check_on_debians_own_glance(api, debian_root, cluster, clean_pool, mana
     assert rows["Backend glance_store: caps"][0] == 0, rows["Backend glance_store: caps"]
     result, details = rows["Backend glance_store: round trip"]
     assert result == 0 and details.startswith("16 MiB as client.admin in pool "), details
-    assert not [n for n in clean_pool.names() if n.startswith("glance-rbd-native-check.")]
+    assert probes_left(clean_pool.ioctx) == []

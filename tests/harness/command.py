@@ -37,3 +37,15 @@ def report(conf_file, *args, wrap=(), status=0) -> dict:
     """The JSON report (`--format json`) on the first backend, of a run that must exit with
     `status` (1: `sweep --remove` left some of what it set out to remove)."""
     return json.loads(run(conf_file, *args, "--format", "json", wrap=wrap, status=status).stdout)[0]
+
+
+def check_report(conf_file, *args, status) -> dict:
+    """The JSON report of `check`, which must exit with `status`, or with the processes row's
+    Warning where that is worse: that row is the host's (another lane's glance-api may be
+    starting meanwhile), and the tests of it look at their own servers' lines
+    (tests/e2e/test_check_processes.py)."""
+    done = run(conf_file, "check", "--json", *args, check=False)
+    report = json.loads(done.stdout)
+    processes = [r["result"] for r in report["checks"] if r["check"] == "glance-api processes"]
+    assert done.returncode == max(status, *processes), done.stdout + done.stderr
+    return report

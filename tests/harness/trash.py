@@ -1,5 +1,5 @@
-"""The pool's trash and the native delete's index of deletions, as the tests look at them, and
-a client that holds a deleted image open in the trash."""
+"""The pool's trash and the native delete's index of deletions, as the tests look at them, a
+client that holds a deleted image open in the trash, and what `check`'s probes left."""
 
 import contextlib
 import json
@@ -72,3 +72,25 @@ def held_after(ioctx, delete, tries=3):
         if image is not None:
             return trash_id, image
     raise AssertionError(f"the purge removed each of {tries} images before it could be held open")
+
+
+def probes_left(ioctx) -> list[str]:
+    """What `check`'s caps probes left in the pool: images, trash entries, and the marks of
+    either (python/glance_rbd_native/probes.py)."""
+    from glance_rbd_native import probes
+    from glance_rbd_native.leftovers import deletes, index
+
+    left = [name for name in rbd.RBD().list(ioctx) if name.startswith(probes.PREFIX)]
+    left += [
+        f"trash {entry['id']} ({entry['name']})"
+        for entry in rbd.RBD().trash_list(ioctx)
+        if entry["name"].startswith(probes.PREFIX)
+    ]
+    left += [f"upload mark {name}" for name in index.read(ioctx) if name.startswith(probes.PREFIX)]
+    deleting = index.read(ioctx, deletes.DELETES, deletes.REQUIRED, deletes.OPTIONAL)
+    left += [
+        f"delete mark {key} ({mark.get('image')})"
+        for key, mark in deleting.items()
+        if str(mark.get("image", "")).startswith(probes.PREFIX)
+    ]
+    return left
