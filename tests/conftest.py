@@ -90,6 +90,18 @@ def conf_file(cluster, tmp_path):
 
 
 @pytest.fixture
+def well_set(cluster, tmp_path):
+    """A glance-api.conf as the docs advise, as admin: a rados_connect_timeout."""
+    return glance_api_conf(
+        tmp_path / "glance-api.conf",
+        cluster.pool,
+        "admin",
+        cluster.conf_path,
+        "rados_connect_timeout = 30\n",
+    )
+
+
+@pytest.fixture
 def native():
     """The rbd driver patched for the duration of a test."""
     assert glance_rbd_native.patch()

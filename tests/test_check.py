@@ -28,18 +28,6 @@ def rows(report):
     return {row["check"]: (row["result"], row["details"]) for row in report["checks"]}
 
 
-@pytest.fixture
-def well_set(cluster, tmp_path):
-    """A glance-api.conf as the docs advise: a rados_connect_timeout."""
-    return glance_api_conf(
-        tmp_path / "glance-api.conf",
-        cluster.pool,
-        "admin",
-        cluster.conf_path,
-        "rados_connect_timeout = 30\n",
-    )
-
-
 def swept(conf_file):
     """The pool without what processes of earlier tests left (a delete's purge cut short by its
     process's exit), which the leftovers row would rightly warn of."""

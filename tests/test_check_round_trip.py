@@ -15,7 +15,6 @@ from oslo_upgradecheck.upgradecheck import Code
 from glance_rbd_native import backends, check, patching
 from glance_rbd_native.leftovers import index
 from tests.harness import command
-from tests.harness.stores import glance_api_conf
 
 pytestmark = pytest.mark.cluster
 
@@ -36,25 +35,14 @@ sys.exit(cli.main(sys.argv[2:]))
 """
 
 
-@pytest.fixture
-def conf(cluster, tmp_path):
-    return glance_api_conf(
-        tmp_path / "glance-api.conf",
-        cluster.pool,
-        "admin",
-        cluster.conf_path,
-        "rados_connect_timeout = 30\n",
-    )
-
-
 def probe_marks(ioctx):
     return sorted(name for name, mark in index.read(ioctx).items() if mark.get("probe"))
 
 
 def test_the_size_given_goes_through_both_drivers_and_comes_back_the_same(
-    cluster, clean_pool, conf
+    cluster, clean_pool, well_set
 ):
-    done = command.run(conf, "check", "--json", "--size", "24", check=False)
+    done = command.run(well_set, "check", "--json", "--size", "24", check=False)
     (row,) = [r for r in json.loads(done.stdout)["checks"] if r["check"] == ROW]
     assert row["result"] == Code.SUCCESS, row
     assert re.fullmatch(
@@ -67,14 +55,14 @@ def test_the_size_given_goes_through_both_drivers_and_comes_back_the_same(
 
 
 @pytest.mark.parametrize("size", ["0", "-3", "1.5", "lots"])
-def test_a_size_that_is_not_whole_mebibytes_is_a_usage_error(conf, size):
-    done = command.run(conf, "check", "--size", size, status=2)
+def test_a_size_that_is_not_whole_mebibytes_is_a_usage_error(well_set, size):
+    done = command.run(well_set, "check", "--size", size, status=2)
     assert f"not a whole number of MiB, 1 or more: {size!r}" in done.stderr
 
 
 @pytest.mark.parametrize("driver", ["stock", "native"])
 def test_a_driver_that_reads_back_other_bytes_is_a_failure_naming_it(
-    cluster, clean_pool, conf, monkeypatch, driver
+    cluster, clean_pool, well_set, monkeypatch, driver
 ):
     """The comparison is real: one byte changed in what one driver's get gives is found."""
     methods = patching.methods
@@ -93,8 +81,8 @@ def test_a_driver_that_reads_back_other_bytes_is_a_failure_naming_it(
         return found
 
     monkeypatch.setattr(patching, "methods", altered)
-    conf_, found = backends.read([str(conf)], None, bound=check.CONNECT_TIMEOUT)
-    checks = check.Checks(conf_, found, size_mib=4)
+    glance_conf, found = backends.read([str(well_set)], None, bound=check.CONNECT_TIMEOUT)
+    checks = check.Checks(glance_conf, found, size_mib=4)
     try:
         result = checks.round_trip(found[0])
     finally:
@@ -111,10 +99,10 @@ def test_a_driver_that_reads_back_other_bytes_is_a_failure_naming_it(
 
 @pytest.mark.parametrize("after", ["stock add", "native add"])
 def test_a_check_killed_after_an_add_leaves_what_sweep_remove_reclaims(
-    cluster, clean_pool, conf, after
+    cluster, clean_pool, well_set, after
 ):
     before = clean_pool.names()
-    argv = ["check", "--size", "8", "--config-file", str(conf)]
+    argv = ["check", "--size", "8", "--config-file", str(well_set)]
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_AFTER, after, *argv],
         capture_output=True,
@@ -125,6 +113,6 @@ def test_a_check_killed_after_an_add_leaves_what_sweep_remove_reclaims(
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     (image,) = clean_pool.names() - before
     assert probe_marks(clean_pool.ioctx) == [image]
-    command.run(conf, "sweep", "--remove")
+    command.run(well_set, "sweep", "--remove")
     assert clean_pool.names() == before
     assert probe_marks(clean_pool.ioctx) == []

@@ -336,6 +336,12 @@ impl Memory {
 /// Asserts that `err` is the end of a wait on a fenced client (its probe heard ESHUTDOWN),
 /// `started` less than 2 s before (the probe's first look comes after 300 ms under test).
 pub(crate) fn assert_fenced_within_seconds(err: &Error, started: Instant) {
+    assert_fenced_within(err, started, Duration::from_secs(2));
+}
+
+/// Asserts that `err` is the end of a wait on a fenced client, `started` less than `bound`
+/// before.
+pub(crate) fn assert_fenced_within(err: &Error, started: Instant, bound: Duration) {
     assert!(
         matches!(
             err,
@@ -347,7 +353,7 @@ pub(crate) fn assert_fenced_within_seconds(err: &Error, started: Instant) {
         "{err}"
     );
     let took = started.elapsed();
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(took < bound, "{took:?}");
 }
 
 /// Waits until `done`, polling: a test fails naming `what` after `within`.

@@ -24,13 +24,13 @@ nothing is written to the cluster.
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from oslo_config import cfg
 from oslo_upgradecheck import upgradecheck
 from oslo_upgradecheck.upgradecheck import Code, Result
 
-from glance_rbd_native import compat, probes, switch
+from glance_rbd_native import compat, probes, processes, switch
 from glance_rbd_native.backends import Backend, Failure, connect
 from glance_rbd_native.round_trip import SIZE_MIB, RoundTrip, TripFailed
 
@@ -62,6 +62,8 @@ class Checks(upgradecheck.UpgradeCommands):
         self.size_mib = size_mib
         # What the probes and round trips could not remove, whatever ended them.
         self.left_behind: list[str] = []
+        # This host's glance-api processes, read from /proc once for the rows that use them.
+        self._processes: Optional[list[processes.Process]] = None
         rows: list[tuple[str, Any]] = [
             ("glance_store", Checks.glance_store),
             ("Native module", Checks.native_module),
@@ -87,6 +89,11 @@ class Checks(upgradecheck.UpgradeCommands):
             if not isinstance(made, Failure):
                 made[0].shutdown()
         self._clusters.clear()
+
+    def _glance_api_processes(self) -> list[processes.Process]:
+        if self._processes is None:
+            self._processes = processes.find()
+        return self._processes
 
     def _cluster(self, backend: Backend) -> tuple["rados.Rados", float]:
         """`backend`'s connection and the seconds it took to make, or its Failure."""
@@ -141,9 +148,7 @@ class Checks(upgradecheck.UpgradeCommands):
     def glance_api_processes(self) -> Result:
         """The glance-api processes of this host (``processes``): which have the native module
         loaded, and which run one replaced since (an upgrade: restart them)."""
-        from glance_rbd_native import processes
-
-        found = processes.find()
+        found = self._glance_api_processes()
         if not found:
             return Result(Code.SUCCESS, "no glance-api process on this host")
         warn = False
@@ -186,11 +191,11 @@ class Checks(upgradecheck.UpgradeCommands):
     def in_flight(self, backends: list[Backend]) -> Result:
         """The in-flight bound of glance-api's configuration against its chunks and this host:
         each glance-api process holds up to its own bound."""
-        from glance_rbd_native import processes, settings
+        from glance_rbd_native import settings
 
         bound = settings.max_in_flight(self.conf) >> 20
         chunk = max((b.store.WRITE_CHUNKSIZE >> 20 for b in backends), default=8)
-        found = sum(1 for p in processes.find() if not p.workers)
+        found = sum(1 for p in self._glance_api_processes() if not p.workers)
         memory = _memory_mib()
         held = max(1, found) * bound
         said = (
